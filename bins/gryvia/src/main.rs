@@ -1,0 +1,122 @@
+//! `gryvia`: the command-line tool of the Gryvia GPU platform.
+//!
+//! A thin binary: it parses flags, calls into the libraries and maps failures to a one-line
+//! message and a non-zero exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+/// Gryvia: GPU clusters on Kubernetes.
+#[derive(Parser, Debug)]
+#[command(name = "gryvia", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print every Gryvia CRD as one YAML stream (`gryvia crds | kubectl apply -f -`).
+    Crds {
+        /// Write one file per CRD into this directory instead of printing.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Validate Gryvia objects in YAML files against the CRD schemas (offline).
+    Validate {
+        /// Files to check (`-` for standard input).
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Install or update the CRDs in the cluster and wait until they are Established.
+    Install {
+        /// Seconds to wait for the CRDs to become Established.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", one_line(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn one_line(err: &anyhow::Error) -> String {
+    let chain: Vec<String> = err.chain().map(ToString::to_string).collect();
+    chain.join(": ").replace('\n', " ")
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crds { out_dir: None } => print_out(&gryvia_types::crds::all_yaml()?),
+        Command::Crds { out_dir: Some(dir) } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+            for crd in gryvia_types::crds::all() {
+                let path = dir.join(gryvia_types::crds::file_name(&crd));
+                std::fs::write(&path, gryvia_types::crds::to_yaml(&crd)?)
+                    .with_context(|| format!("write {}", path.display()))?;
+            }
+            Ok(())
+        }
+        Command::Validate { files } => validate(&files),
+        Command::Install { timeout } => {
+            let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
+            rt.block_on(async {
+                let client = gryvia_client::connect().await?;
+                let names = gryvia_client::crds::install(
+                    &client,
+                    std::time::Duration::from_secs(timeout),
+                )
+                .await?;
+                println!("{} CRDs installed and Established", names.len());
+                anyhow::Ok(())
+            })
+        }
+    }
+}
+
+/// Writes to standard output; a closed pipe (`gryvia crds | head`) is not an error.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("write standard output"),
+        _ => Ok(()),
+    }
+}
+
+fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
+    let validator = gryvia_types::validation::Validator::new()?;
+    let mut checked = 0usize;
+    let mut failures = Vec::new();
+    for file in files {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("read standard input")?
+        } else {
+            std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
+        };
+        let docs = gryvia_types::validation::parse_yaml_documents(&text)
+            .with_context(|| format!("parse {}", file.display()))?;
+        for doc in docs {
+            checked += 1;
+            if let Err(e) = validator.validate(&doc) {
+                failures.push(format!("{}: {e}", file.display()));
+            }
+        }
+    }
+    if failures.is_empty() {
+        println!("{checked} object(s) valid");
+        Ok(())
+    } else {
+        anyhow::bail!("{}", failures.join(" | "))
+    }
+}

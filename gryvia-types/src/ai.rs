@@ -1,0 +1,693 @@
+//! AI jobs, job templates and job hooks.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, VolumeMount};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------------
+// GryviaAIJob
+// ---------------------------------------------------------------------------------------------
+
+/// A GPU training, fine-tuning, evaluation or batch-inference job.
+///
+/// The ai-operator turns it into a batch Job (Indexed for several workers) whose pods request
+/// `nvidia.com/gpu`, retries failed pods up to `retryLimit`, and reports phases and conditions.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaAIJob",
+    namespaced,
+    status = "GryviaAIJobStatus",
+    shortname = "gaj",
+    category = "gryvia",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.gpus"),
+    printcolumn(name = "Workers", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retries"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!has(self.gpuType) || self.gpus > 0").message("spec.gpuType requires spec.gpus > 0"))]
+#[x_kube(validation = Rule::new("self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))").message("spec.volumeMounts: every mount must name a volume in spec.volumes"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAIJobSpec {
+    /// Container image of every worker.
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: String,
+    /// Entrypoint (the image's when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub command: Vec<String>,
+    /// Arguments to the entrypoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub args: Vec<String>,
+    /// Environment variables of every worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub env: Vec<EnvVar>,
+    /// GPUs per worker (`nvidia.com/gpu`).
+    #[serde(default = "default_gpus")]
+    #[schemars(range(min = 0, max = 64))]
+    pub gpus: i32,
+    /// GPU product the workers need; matched against the node label `nvidia.com/gpu.product`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub gpu_type: Option<String>,
+    /// Number of workers. More than one makes an Indexed Job with a headless Service, and
+    /// every worker gets its rank, the world size and the master address in its environment.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub replicas: i32,
+    /// Training framework; selects the distributed-training environment that is injected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<Framework>,
+    /// What the job does.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<JobType>,
+    /// Priority from 0 (lowest) to 100 (highest); orders the native queue and Kueue workloads.
+    #[serde(default = "default_priority")]
+    #[schemars(range(min = 0, max = 100))]
+    pub priority: i32,
+    /// Failed pods retried before the job fails (the batch Job's backoffLimit). Failures caused
+    /// by the infrastructure (a quarantined node, a failed GPU) do not count.
+    #[serde(default = "default_retry_limit")]
+    #[schemars(range(min = 0, max = 100))]
+    pub retry_limit: i32,
+    /// CPU request of each worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// Memory request of each worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Volumes the workers can mount.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub volumes: Vec<JobVolume>,
+    /// Where the volumes are mounted in every worker.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub volume_mounts: Vec<VolumeMount>,
+    /// A PersistentVolumeClaim created for the job and mounted at `/data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<JobStorage>,
+    /// Extra node labels the workers require.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Seconds the job may run before it is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+    /// Seconds after finishing before the job's pods are cleaned up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// The GryviaTemplate this job was rendered from, with the parameters used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ref: Option<TemplateRef>,
+}
+
+fn default_gpus() -> i32 {
+    1
+}
+fn default_replicas() -> i32 {
+    1
+}
+fn default_priority() -> i32 {
+    50
+}
+fn default_retry_limit() -> i32 {
+    3
+}
+
+/// Training framework.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Framework {
+    /// PyTorch (torchrun / torch.distributed).
+    Pytorch,
+    /// TensorFlow (TF_CONFIG).
+    Tensorflow,
+    /// JAX.
+    Jax,
+    /// DeepSpeed.
+    Deepspeed,
+    /// MPI (Horovod and friends).
+    Mpi,
+    /// Anything else; only generic rank variables are injected.
+    Custom,
+}
+
+/// What a job does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobType {
+    /// Training from scratch.
+    Training,
+    /// Fine-tuning a pretrained model.
+    FineTuning,
+    /// Evaluating a model.
+    Evaluation,
+    /// Offline batch inference.
+    BatchInference,
+}
+
+/// A volume of a job: exactly one source.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("(has(self.persistentVolumeClaim) ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.secret) ? 1 : 0) + (has(self.emptyDir) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) == 1").message("a volume must have exactly one of persistentVolumeClaim, configMap, secret, emptyDir, hostPath"))]
+#[serde(rename_all = "camelCase")]
+pub struct JobVolume {
+    /// Volume name, referenced by `volumeMounts[].name`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    pub name: String,
+    /// An existing PersistentVolumeClaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<PvcSource>,
+    /// A ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<NamedSource>,
+    /// A Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<NamedSource>,
+    /// Scratch space that lives as long as the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dir: Option<EmptyDirSource>,
+    /// A directory of the node (admins only; usually forbidden by pod security).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<HostPathSource>,
+}
+
+/// A PersistentVolumeClaim volume.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcSource {
+    /// Name of the claim in the job's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A ConfigMap or Secret volume.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamedSource {
+    /// Name of the ConfigMap or Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// An emptyDir volume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyDirSource {
+    /// `Memory` for a tmpfs (shared memory for data loaders), empty for node disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medium: Option<String>,
+    /// Size limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_limit: Option<Quantity>,
+}
+
+/// A hostPath volume.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathSource {
+    /// Absolute path on the node.
+    #[schemars(regex(pattern = r"^/"))]
+    pub path: String,
+}
+
+/// A claim created for the job and mounted at `/data`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStorage {
+    /// Requested size.
+    pub size: Quantity,
+    /// StorageClass (the cluster default when empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Access mode; use ReadWriteMany for several workers on several nodes.
+    #[serde(default)]
+    pub access_mode: AccessMode,
+}
+
+/// PersistentVolume access mode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AccessMode {
+    /// One node reads and writes.
+    #[default]
+    ReadWriteOnce,
+    /// Many nodes read and write.
+    ReadWriteMany,
+    /// Many nodes read.
+    ReadOnlyMany,
+}
+
+/// Reference to the template a job was rendered from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateRef {
+    /// Name of the GryviaTemplate.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Parameter values used, as text.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// Observed state of an AI job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAIJobStatus {
+    /// Generation of the spec last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Where the job stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Failed pods that used up a retry.
+    #[serde(default)]
+    pub retries: i32,
+    /// Failed pods blamed on the infrastructure (not counted against `retryLimit`).
+    #[serde(default)]
+    pub infrastructure_failures: i32,
+    /// Nodes the job avoids after an infrastructure failure there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoided_nodes: Vec<String>,
+    /// Name of the batch Job that runs the workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// Workers running.
+    #[serde(default)]
+    pub active: i32,
+    /// Workers finished successfully.
+    #[serde(default)]
+    pub succeeded: i32,
+    /// When the first worker started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the job finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Human-readable summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Conditions: Scheduled, Running, Succeeded, Failed (and Ready=False/InvalidSpec).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Phase of an AI job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum JobPhase {
+    /// Accepted, not yet placed.
+    Pending,
+    /// Every worker has a node.
+    Scheduled,
+    /// Workers are running.
+    Running,
+    /// Every worker finished successfully.
+    Succeeded,
+    /// The job failed (retries used up, deadline passed or invalid spec).
+    Failed,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaTemplate
+// ---------------------------------------------------------------------------------------------
+
+/// A reusable, parameterised job: `defaults` has the shape of a GryviaAIJob spec, and
+/// `{{ .param }}` placeholders in its strings are filled from typed parameters.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaTemplate",
+    status = "GryviaTemplateStatus",
+    shortname = "gtpl",
+    category = "gryvia",
+    printcolumn(name = "Category", type_ = "string", json_path = ".spec.category"),
+    printcolumn(name = "Valid", type_ = "string", json_path = ".status.conditions[?(@.type==\"Valid\")].status"),
+    printcolumn(name = "Jobs", type_ = "integer", json_path = ".status.instantiatedJobs"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTemplateSpec {
+    /// What the template is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Kind of work.
+    pub category: TemplateCategory,
+    /// Values of the rendered job's spec; strings may hold `{{ .name }}` placeholders.
+    pub defaults: TemplateDefaults,
+    /// Typed parameters that fill the placeholders.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub parameters: Vec<TemplateParameter>,
+}
+
+/// Kind of work a template describes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TemplateCategory {
+    /// Training.
+    Training,
+    /// Fine-tuning.
+    FineTuning,
+    /// Evaluation.
+    Evaluation,
+    /// Batch inference.
+    Inference,
+    /// Data preparation.
+    DataProcessing,
+    /// Anything else.
+    Custom,
+}
+
+/// Template defaults: the fields of a GryviaAIJob spec, every one optional.
+///
+/// `resources.gpuType` / `resources.gpuCount` is the older form that the features guide's
+/// example uses; it is accepted and means the same as `gpuType` / `gpus` (setting both forms
+/// of one value is rejected).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.resources) || !has(self.resources.gpuCount) || !has(self.gpus)").message("defaults: set gpus or resources.gpuCount, not both"))]
+#[x_kube(validation = Rule::new("!has(self.resources) || !has(self.resources.gpuType) || !has(self.gpuType)").message("defaults: set gpuType or resources.gpuType, not both"))]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateDefaults {
+    /// See GryviaAIJob `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// See GryviaAIJob `spec.command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// See GryviaAIJob `spec.args`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    /// See GryviaAIJob `spec.env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+    /// See GryviaAIJob `spec.gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub gpus: Option<i32>,
+    /// See GryviaAIJob `spec.gpuType`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// See GryviaAIJob `spec.replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub replicas: Option<i32>,
+    /// See GryviaAIJob `spec.framework`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<Framework>,
+    /// See GryviaAIJob `spec.type`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<JobType>,
+    /// See GryviaAIJob `spec.priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub priority: Option<i32>,
+    /// See GryviaAIJob `spec.retryLimit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub retry_limit: Option<i32>,
+    /// See GryviaAIJob `spec.cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// See GryviaAIJob `spec.memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// See GryviaAIJob `spec.volumes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<JobVolume>>,
+    /// See GryviaAIJob `spec.volumeMounts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+    /// See GryviaAIJob `spec.storage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<JobStorage>,
+    /// See GryviaAIJob `spec.nodeSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// See GryviaAIJob `spec.activeDeadlineSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+    /// See GryviaAIJob `spec.ttlSecondsAfterFinished`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
+    /// Older form of `gpuType` / `gpus` (kept so existing templates stay valid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<LegacyResources>,
+}
+
+/// The older `resources` block of template defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LegacyResources {
+    /// Same as `gpuType`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Same as `gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 64))]
+    pub gpu_count: Option<i32>,
+}
+
+/// A typed template parameter.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("!has(self.validation) || !has(self.validation.min) || !has(self.validation.max) || self.validation.min <= self.validation.max").message("parameter validation.min must not exceed validation.max"))]
+#[x_kube(validation = Rule::new("!(self.required && has(self.default))").message("a required parameter must not have a default"))]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateParameter {
+    /// Name used in placeholders: `{{ .name }}`.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"))]
+    pub name: String,
+    /// Value type.
+    #[serde(default, rename = "type")]
+    pub type_: ParameterType,
+    /// Whether a value must be given.
+    #[serde(default)]
+    pub required: bool,
+    /// Value used when none is given, as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// What the parameter means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Constraints on the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ParameterValidation>,
+}
+
+/// Type of a template parameter.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ParameterType {
+    /// Text.
+    #[default]
+    String,
+    /// Whole number.
+    Integer,
+    /// Decimal number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+}
+
+/// Constraints on a parameter value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParameterValidation {
+    /// Smallest allowed number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Largest allowed number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// Regular expression a string must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// Allowed values.
+    #[serde(default, rename = "enum", skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<String>,
+}
+
+/// Observed state of a template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTemplateStatus {
+    /// Generation of the spec last validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Jobs labelled `gryvia.io/template: <name>`.
+    #[serde(default)]
+    pub instantiated_jobs: i32,
+    /// Conditions (`Valid`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaJobHook
+// ---------------------------------------------------------------------------------------------
+
+/// A signed webhook called when matching AI jobs or workflows reach a phase.
+///
+/// The body is JSON; the `X-Gryvia-Signature` header carries `sha256=<hex HMAC>` of the body
+/// with the key from `secretRef`. Delivery is at least once: a failed POST is retried with
+/// backoff up to `maxAttempts`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaJobHook",
+    namespaced,
+    status = "GryviaJobHookStatus",
+    shortname = "gjh",
+    category = "gryvia",
+    printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
+    printcolumn(name = "Delivered", type_ = "integer", json_path = ".status.delivered"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.url.startsWith('https://') || self.allowInsecure").message("spec.url must be https:// unless spec.allowInsecure is true"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaJobHookSpec {
+    /// Phases that trigger the hook.
+    #[schemars(length(min = 1, max = 4))]
+    pub events: Vec<HookEvent>,
+    /// Which jobs and workflows in the namespace the hook watches.
+    #[serde(default)]
+    pub selector: HookSelector,
+    /// Where to POST.
+    #[schemars(regex(pattern = r"^https?://[^\s]+$"), length(max = 2048))]
+    pub url: String,
+    /// Allow a plain `http://` URL (for in-cluster receivers).
+    #[serde(default)]
+    pub allow_insecure: bool,
+    /// Secret holding the HMAC key.
+    pub secret_ref: SecretKeyRef,
+    /// Seconds to wait for the receiver.
+    #[serde(default = "default_hook_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: i32,
+    /// Attempts before a delivery is given up.
+    #[serde(default = "default_hook_attempts")]
+    #[schemars(range(min = 1, max = 20))]
+    pub max_attempts: i32,
+}
+
+fn default_hook_timeout() -> i32 {
+    10
+}
+fn default_hook_attempts() -> i32 {
+    5
+}
+
+/// Phase change that triggers a hook.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum HookEvent {
+    /// The job started running.
+    Started,
+    /// The job succeeded.
+    Succeeded,
+    /// The job failed.
+    Failed,
+    /// A failed pod was retried.
+    Retried,
+}
+
+/// Which objects a hook watches.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookSelector {
+    /// Only these names (all when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Only objects with these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Include GryviaWorkflows as well as GryviaAIJobs.
+    #[serde(default)]
+    pub include_workflows: bool,
+}
+
+/// A key in a Secret of the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in the Secret.
+    #[serde(default = "default_secret_key")]
+    pub key: String,
+}
+
+fn default_secret_key() -> String {
+    "secret".to_owned()
+}
+
+/// Deliveries of a hook.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaJobHookStatus {
+    /// Deliveries that got a 2xx answer.
+    #[serde(default)]
+    pub delivered: i64,
+    /// Deliveries given up after `maxAttempts`.
+    #[serde(default)]
+    pub failed: i64,
+    /// Recent and pending deliveries (at most 100, oldest dropped first once delivered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<HookDelivery>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One delivery of a hook.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookDelivery {
+    /// Unique id, sent as `X-Gryvia-Delivery` so receivers can drop duplicates.
+    pub id: String,
+    /// Kind of the object (`GryviaAIJob` or `GryviaWorkflow`).
+    pub kind: String,
+    /// Name of the object.
+    pub name: String,
+    /// The event.
+    pub event: HookEvent,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// When the last attempt was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<Time>,
+    /// HTTP status of the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_code: Option<i32>,
+    /// `Pending`, `Delivered` or `GaveUp`.
+    pub state: DeliveryState,
+}
+
+/// State of a delivery.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DeliveryState {
+    /// Not yet delivered; will be retried.
+    Pending,
+    /// Answered with 2xx.
+    Delivered,
+    /// `maxAttempts` used up.
+    GaveUp,
+}

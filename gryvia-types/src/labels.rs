@@ -1,0 +1,36 @@
+//! Labels, annotations, taints and finalizers Gryvia puts on Kubernetes objects.
+//!
+//! One place for every string key, so that controllers, webhooks, the CLI and tests agree.
+
+/// Label or annotation on a job naming the GryviaReservation it runs in.
+pub const RESERVATION: &str = "gryvia.io/reservation";
+/// Annotation on a job naming the GryviaPriority (PriorityClass) its pods get.
+pub const PRIORITY_CLASS: &str = "gryvia.io/priority-class";
+/// Label on a job naming the GryviaTemplate it was rendered from.
+pub const TEMPLATE: &str = "gryvia.io/template";
+/// Taint key of a node quarantined because of unhealthy GPUs.
+pub const GPU_UNHEALTHY_TAINT: &str = "gryvia.io/gpu-unhealthy";
+/// Taint key (and label key) of a node held by a GryviaReservation.
+pub const RESERVED_TAINT: &str = "gryvia.io/reserved";
+/// Label on every object a Gryvia controller creates.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY`] on Gryvia's objects.
+pub const MANAGED_BY_VALUE: &str = "gryvia";
+/// Label on a tenant's namespace and children naming the tenant.
+pub const TENANT: &str = "gryvia.io/tenant";
+/// Label on a job's children naming the GryviaAIJob.
+pub const JOB_NAME: &str = "gryvia.io/job-name";
+/// Label on a workflow step's job naming the GryviaWorkflow.
+pub const WORKFLOW: &str = "gryvia.io/workflow";
+/// Label on a tuner trial naming the GryviaAutoTuner.
+pub const AUTOTUNER: &str = "gryvia.io/autotuner";
+/// Label on nodes with the GPU product name (set by NVIDIA GPU feature discovery).
+pub const NVIDIA_GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// Label on nodes with the per-GPU memory in MiB (set by NVIDIA GPU feature discovery).
+pub const NVIDIA_GPU_MEMORY: &str = "nvidia.com/gpu.memory";
+/// Label on nodes with the GPU count (set by NVIDIA GPU feature discovery).
+pub const NVIDIA_GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// The extended resource name of NVIDIA GPUs.
+pub const NVIDIA_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Finalizer Gryvia controllers put on objects whose deletion needs cleanup.
+pub const FINALIZER: &str = "gryvia.io/cleanup";

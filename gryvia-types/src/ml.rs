@@ -1,0 +1,647 @@
+//! ML workflows: hyperparameter tuning, DAG workflows, the model registry, inference
+//! services and interactive workspaces.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ai::{GryviaAIJobSpec, JobPhase, TemplateRef};
+
+// ---------------------------------------------------------------------------------------------
+// GryviaAutoTuner
+// ---------------------------------------------------------------------------------------------
+
+/// A hyperparameter study: trials are GryviaAIJobs made from `trialTemplate` with sampled
+/// parameter values, and the objective metric they report picks the best.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaAutoTuner",
+    namespaced,
+    status = "GryviaAutoTunerStatus",
+    shortname = "gat",
+    category = "gryvia",
+    printcolumn(name = "Algorithm", type_ = "string", json_path = ".spec.algorithm"),
+    printcolumn(name = "Trials", type_ = "integer", json_path = ".status.completedTrials"),
+    printcolumn(name = "Best", type_ = "string", json_path = ".status.bestTrial.name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.parallelTrials <= self.maxTrials").message("spec.parallelTrials must not exceed spec.maxTrials"))]
+#[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAutoTunerSpec {
+    /// What is optimised.
+    pub objective: Objective,
+    /// Search algorithm.
+    pub algorithm: TunerAlgorithm,
+    /// The search space.
+    #[schemars(length(min = 1, max = 32))]
+    pub parameters: Vec<SearchParameter>,
+    /// Trials in total.
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_trials: i32,
+    /// Trials running at once.
+    #[serde(default = "default_parallel")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub parallel_trials: i32,
+    /// Job of every trial; `{{ .param }}` placeholders in its strings get the sampled values.
+    pub trial_template: GryviaAIJobSpec,
+    /// Early stopping (ASHA rungs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_stopping: Option<EarlyStopping>,
+    /// Seed of the sampler, so a study is reproducible.
+    #[serde(default)]
+    pub seed: i64,
+}
+
+fn default_parallel() -> i32 {
+    1
+}
+
+/// Objective of a study.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Objective {
+    /// Metric name the trials report (a line `gryvia-metric <name>=<value>` in the logs, or
+    /// the trial's termination message).
+    #[schemars(length(min = 1, max = 128))]
+    pub metric: String,
+    /// Direction.
+    pub goal: Goal,
+}
+
+/// Direction of optimisation.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Goal {
+    /// Larger is better.
+    Maximize,
+    /// Smaller is better.
+    Minimize,
+}
+
+/// Search algorithm.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TunerAlgorithm {
+    /// Every combination of the discrete values.
+    Grid,
+    /// Independent uniform (or log-uniform) samples.
+    Random,
+    /// Model-based sampling from the results so far.
+    Bayesian,
+    /// Asynchronous successive halving.
+    Asha,
+}
+
+/// One dimension of the search space.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.type == 'categorical' ? size(self.values) > 0 : (has(self.min) && has(self.max) && self.min < self.max)").message("a categorical parameter needs values; a numeric one needs min < max"))]
+#[serde(rename_all = "camelCase")]
+pub struct SearchParameter {
+    /// Name used in placeholders.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"))]
+    pub name: String,
+    /// Value type.
+    #[serde(rename = "type")]
+    pub type_: SearchParameterType,
+    /// Lower bound (numeric types).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Upper bound (numeric types).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// Values (categorical; also the grid points of a numeric parameter under `grid`).
+    #[serde(default)]
+    #[schemars(length(max = 1000))]
+    pub values: Vec<String>,
+    /// Sample on a log scale.
+    #[serde(default)]
+    pub log_scale: bool,
+}
+
+/// Type of a search parameter.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchParameterType {
+    /// Real number.
+    Double,
+    /// Integer.
+    Int,
+    /// One of `values`.
+    Categorical,
+}
+
+/// Early stopping settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EarlyStopping {
+    /// Trials that complete before any is stopped early.
+    #[schemars(range(min = 1))]
+    pub min_trials: i32,
+    /// Keep the best 1/`reductionFactor` at each rung.
+    #[serde(default = "default_reduction")]
+    #[schemars(range(min = 2, max = 10))]
+    pub reduction_factor: i32,
+}
+
+fn default_reduction() -> i32 {
+    3
+}
+
+/// Progress of a study.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAutoTunerStatus {
+    /// Trials finished.
+    #[serde(default)]
+    pub completed_trials: i32,
+    /// Trials running.
+    #[serde(default)]
+    pub running_trials: i32,
+    /// Every trial so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trials: Vec<Trial>,
+    /// The best finished trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_trial: Option<Trial>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One trial.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Trial {
+    /// Name of the trial's GryviaAIJob.
+    pub name: String,
+    /// Sampled values.
+    pub parameters: BTreeMap<String, String>,
+    /// Phase of the trial's job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Reported objective value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective_value: Option<f64>,
+    /// Whether the trial was stopped early.
+    #[serde(default)]
+    pub early_stopped: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaWorkflow
+// ---------------------------------------------------------------------------------------------
+
+/// A DAG of job steps: each step runs when every step it depends on has succeeded.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaWorkflow",
+    namespaced,
+    status = "GryviaWorkflowStatus",
+    shortname = "gwf",
+    category = "gryvia",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Steps", type_ = "integer", json_path = ".status.succeededSteps"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.steps.all(s, self.steps.exists_one(t, t.name == s.name))").message("spec.steps: step names must be unique"))]
+#[x_kube(validation = Rule::new("self.steps.all(s, s.dependsOn.all(d, d != s.name && self.steps.exists(t, t.name == d)))").message("spec.steps: dependsOn must name other steps of this workflow"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaWorkflowSpec {
+    /// The steps.
+    #[schemars(length(min = 1, max = 100))]
+    pub steps: Vec<WorkflowStep>,
+    /// What happens to the other steps when one fails.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+    /// Steps running at once (unlimited when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub parallelism: Option<i32>,
+}
+
+/// A workflow step: a job given inline or rendered from a template.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.job) != has(self.templateRef)").message("a step needs exactly one of job and templateRef"))]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStep {
+    /// Step name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$"))]
+    pub name: String,
+    /// Steps that must succeed first.
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    pub depends_on: Vec<String>,
+    /// The job, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<GryviaAIJobSpec>,
+    /// The job, from a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ref: Option<TemplateRef>,
+}
+
+/// Failure policy of a workflow.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailurePolicy {
+    /// Stop starting steps; running ones finish.
+    #[default]
+    StopOnFailure,
+    /// Run every step whose dependencies succeeded.
+    ContinueIndependent,
+}
+
+/// Progress of a workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaWorkflowStatus {
+    /// Where the workflow stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Steps finished successfully.
+    #[serde(default)]
+    pub succeeded_steps: i32,
+    /// Per-step state, in spec order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
+    /// Conditions (InvalidSpec names a dependency cycle).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// State of one step.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    /// Step name.
+    pub name: String,
+    /// Phase of the step's job (`Pending` while waiting for dependencies).
+    pub phase: JobPhase,
+    /// Name of the step's GryviaAIJob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// When the step started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the step finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaModelRegistry
+// ---------------------------------------------------------------------------------------------
+
+/// Versions of one model with their lifecycle stage; a version promoted to `production` can
+/// be served automatically.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaModelRegistry",
+    namespaced,
+    status = "GryviaModelRegistryStatus",
+    shortname = "gmr",
+    category = "gryvia",
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.modelName"),
+    printcolumn(name = "Production", type_ = "string", json_path = ".status.productionVersion"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.versions.all(v, self.versions.exists_one(w, w.version == v.version))").message("spec.versions: each version may appear once"))]
+#[x_kube(validation = Rule::new("self.versions.filter(v, v.stage == 'production').size() <= 1").message("spec.versions: at most one version may be in stage production"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaModelRegistrySpec {
+    /// Model name.
+    #[schemars(length(min = 1, max = 253))]
+    pub model_name: String,
+    /// Versions.
+    #[serde(default)]
+    #[schemars(length(max = 500))]
+    pub versions: Vec<ModelVersion>,
+    /// Serve the production version automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_serve: Option<AutoServe>,
+}
+
+/// One model version.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelVersion {
+    /// Version label.
+    #[schemars(length(min = 1, max = 63))]
+    pub version: String,
+    /// Where the weights are (`s3://`, `pvc://<claim>/<path>`, `hf://`, ...).
+    #[schemars(length(min = 1, max = 2048))]
+    pub uri: String,
+    /// Lifecycle stage.
+    #[serde(default)]
+    pub stage: ModelStage,
+    /// Framework or format (for example `pytorch`, `safetensors`, `onnx`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
+    /// Evaluation metrics.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// Lifecycle stage of a model version.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelStage {
+    /// Registered only.
+    #[default]
+    None,
+    /// Being validated.
+    Staging,
+    /// Serving traffic.
+    Production,
+    /// Retired.
+    Archived,
+}
+
+/// Automatic serving of the production version.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoServe {
+    /// Whether to serve.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Inference service settings (its `model` is filled in from the registry).
+    pub runtime: ServingRuntime,
+    /// Serving image.
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: String,
+    /// GPUs per replica.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 64))]
+    pub gpus: i32,
+}
+
+/// Observed state of a registry.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaModelRegistryStatus {
+    /// Version in production.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub production_version: Option<String>,
+    /// Inference service serving it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_service: Option<String>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaInferenceService
+// ---------------------------------------------------------------------------------------------
+
+/// A model server: a Deployment, a Service, an autoscaler and an optional canary.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaInferenceService",
+    namespaced,
+    status = "GryviaInferenceServiceStatus",
+    shortname = "gis",
+    category = "gryvia",
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.model.version"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.replicas.min <= self.replicas.max").message("spec.replicas.min must not exceed spec.replicas.max"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaInferenceServiceSpec {
+    /// The model served.
+    pub model: ModelRef,
+    /// Serving runtime.
+    pub runtime: ServingRuntime,
+    /// Serving image.
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: String,
+    /// Port the server listens on.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// GPUs per replica.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 64))]
+    pub gpus: i32,
+    /// GPU product.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Replica bounds.
+    #[serde(default)]
+    pub replicas: ReplicaBounds,
+    /// Autoscaling target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// Canary of a new version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+}
+
+fn default_port() -> i32 {
+    8080
+}
+
+/// A model version to serve.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRef {
+    /// Model name (a GryviaModelRegistry's `modelName`, or free text with `uri`).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Version.
+    #[schemars(length(min = 1, max = 63))]
+    pub version: String,
+    /// Weights location (taken from the registry when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+/// Serving runtime.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ServingRuntime {
+    /// vLLM.
+    Vllm,
+    /// NVIDIA Triton.
+    Triton,
+    /// Text Generation Inference.
+    Tgi,
+    /// Any image serving HTTP on `port`.
+    Custom,
+}
+
+/// Replica bounds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaBounds {
+    /// Fewest replicas.
+    #[schemars(range(min = 0, max = 1000))]
+    pub min: i32,
+    /// Most replicas.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max: i32,
+}
+
+impl Default for ReplicaBounds {
+    fn default() -> Self {
+        ReplicaBounds { min: 1, max: 1 }
+    }
+}
+
+/// Autoscaling target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscaling {
+    /// Target average CPU utilisation, percent.
+    #[serde(rename = "targetCPUUtilization")]
+    #[schemars(range(min = 1, max = 100))]
+    pub target_cpu_utilization: i32,
+}
+
+/// A canary: a second Deployment of another version taking a share of the pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// Version of the canary.
+    #[schemars(length(min = 1, max = 63))]
+    pub version: String,
+    /// Share of the pods running the canary, percent.
+    #[schemars(range(min = 0, max = 100))]
+    pub traffic_percent: i32,
+    /// Promote when the canary stays ready for `analysisSeconds`.
+    #[serde(default)]
+    pub auto_promote: bool,
+    /// Roll back when the canary's pods fail.
+    #[serde(default)]
+    pub auto_rollback: bool,
+    /// Seconds the canary must stay healthy before promotion.
+    #[serde(default = "default_analysis")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub analysis_seconds: i32,
+}
+
+fn default_analysis() -> i32 {
+    300
+}
+
+/// Observed state of an inference service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaInferenceServiceStatus {
+    /// Ready replicas of the stable version.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Ready replicas of the canary.
+    #[serde(default)]
+    pub canary_ready_replicas: i32,
+    /// In-cluster URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Canary outcome: `Progressing`, `Promoted` or `RolledBack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_phase: Option<String>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaWorkspace
+// ---------------------------------------------------------------------------------------------
+
+/// An interactive notebook or VS Code pod with optional GPUs and a persistent home.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaWorkspace",
+    namespaced,
+    status = "GryviaWorkspaceStatus",
+    shortname = "gws",
+    category = "gryvia",
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(name = "Owner", type_ = "string", json_path = ".spec.owner"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaWorkspaceSpec {
+    /// Kind of workspace.
+    #[serde(rename = "type")]
+    pub type_: WorkspaceType,
+    /// Image (a default per type when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// User the workspace belongs to.
+    #[schemars(length(min = 1, max = 253))]
+    pub owner: String,
+    /// GPUs.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 8))]
+    pub gpus: i32,
+    /// GPU product.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// A persistent home directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<WorkspaceStorage>,
+    /// Stop the pod after this many idle minutes (never when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 10080))]
+    pub idle_timeout_minutes: Option<i32>,
+    /// Desired state.
+    #[serde(default)]
+    pub stopped: bool,
+}
+
+/// Kind of workspace.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceType {
+    /// JupyterLab.
+    Jupyter,
+    /// code-server.
+    Vscode,
+}
+
+/// Home directory of a workspace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceStorage {
+    /// Size.
+    pub size: Quantity,
+    /// StorageClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Observed state of a workspace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaWorkspaceStatus {
+    /// `Pending`, `Running`, `Stopped` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// In-cluster URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Last activity seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_activity: Option<Time>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,731 @@
+//! Network intelligence: what the eBPF collector observes per node and per flow, and the
+//! kinds the network-intelligence operator derives from it (policies, anomalies, service
+//! graphs, cost, training insights).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::money::Decimal;
+
+// ---------------------------------------------------------------------------------------------
+// GryviaFlowPolicy
+// ---------------------------------------------------------------------------------------------
+
+/// Allowed, denied or audited traffic between pods; the operator renders it as a
+/// NetworkPolicy and the collector reports flows that violate an `audit` rule.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaFlowPolicy",
+    namespaced,
+    status = "GryviaFlowPolicyStatus",
+    shortname = "gfp",
+    category = "gryvia",
+    printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
+    printcolumn(name = "Violations", type_ = "integer", json_path = ".status.violations"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFlowPolicySpec {
+    /// Pods the policy applies to (all pods of the namespace when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_selector: BTreeMap<String, String>,
+    /// What happens to matching traffic.
+    pub action: FlowAction,
+    /// Traffic into the selected pods.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub ingress: Vec<FlowRule>,
+    /// Traffic out of the selected pods.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub egress: Vec<FlowRule>,
+}
+
+/// Action of a flow policy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowAction {
+    /// Only the listed peers are allowed.
+    Allow,
+    /// The listed peers are denied (everything else allowed).
+    Deny,
+    /// Nothing is blocked; flows outside the listed peers are reported.
+    Audit,
+}
+
+/// A peer and ports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowRule {
+    /// Peer namespaces by label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_selector: BTreeMap<String, String>,
+    /// Peer pods by label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_selector: BTreeMap<String, String>,
+    /// Peer address blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+    /// Ports (all when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<FlowPort>,
+}
+
+/// A port and protocol.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowPort {
+    /// Port number.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Protocol.
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+/// Transport protocol.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum Protocol {
+    /// TCP.
+    #[default]
+    TCP,
+    /// UDP.
+    UDP,
+    /// SCTP.
+    SCTP,
+}
+
+/// Observed state of a flow policy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFlowPolicyStatus {
+    /// NetworkPolicy rendered from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<String>,
+    /// Flows seen outside the policy (audit mode).
+    #[serde(default)]
+    pub violations: i64,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaAutoPolicy
+// ---------------------------------------------------------------------------------------------
+
+/// Learns the flows of a namespace for a while and suggests (or applies) a flow policy.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaAutoPolicy",
+    namespaced,
+    status = "GryviaAutoPolicyStatus",
+    shortname = "gap",
+    category = "gryvia",
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAutoPolicySpec {
+    /// Pods observed (all pods of the namespace when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_selector: BTreeMap<String, String>,
+    /// Minutes of observation before a suggestion is made.
+    #[serde(default = "default_learning")]
+    #[schemars(range(min = 5, max = 43200))]
+    pub learning_period_minutes: i32,
+    /// `suggest` writes the policy into the status; `enforce` creates a GryviaFlowPolicy.
+    #[serde(default)]
+    pub mode: AutoPolicyMode,
+}
+
+fn default_learning() -> i32 {
+    1440
+}
+
+/// Mode of an auto policy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoPolicyMode {
+    /// Only suggest.
+    #[default]
+    Suggest,
+    /// Create and keep a GryviaFlowPolicy.
+    Enforce,
+}
+
+/// Observed state of an auto policy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaAutoPolicyStatus {
+    /// `Learning` or `Ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// When learning started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_since: Option<Time>,
+    /// Distinct flows observed.
+    #[serde(default)]
+    pub observed_flows: i64,
+    /// The suggested rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<GryviaFlowPolicySpec>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaNetworkAnomaly
+// ---------------------------------------------------------------------------------------------
+
+/// A deviation from a node's or flow's baseline, raised by the network-intelligence operator.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaNetworkAnomaly",
+    status = "GryviaNetworkAnomalyStatus",
+    shortname = "gna",
+    category = "gryvia",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.node"),
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(name = "Severity", type_ = "string", json_path = ".spec.severity"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkAnomalySpec {
+    /// Node where it was seen.
+    pub node: String,
+    /// What deviated.
+    #[serde(rename = "type")]
+    pub type_: AnomalyType,
+    /// How bad.
+    pub severity: Severity,
+    /// When it was detected.
+    pub detected_at: Time,
+    /// The metric.
+    pub metric: String,
+    /// Baseline mean of the metric.
+    pub baseline: f64,
+    /// Observed value.
+    pub observed: f64,
+    /// Flow or pod involved, if any (`namespace/pod` or a 5-tuple).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+/// Kind of anomaly.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnomalyType {
+    /// Throughput far below baseline.
+    BandwidthDrop,
+    /// Retransmissions far above baseline.
+    RetransmitSpike,
+    /// Round-trip time far above baseline.
+    LatencySpike,
+    /// New connections far above baseline.
+    ConnectionFlood,
+    /// Traffic to a peer never seen before.
+    NewPeer,
+}
+
+/// Severity.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Informational.
+    Info,
+    /// Worth a look.
+    Warning,
+    /// Needs action.
+    Critical,
+}
+
+/// Handling of an anomaly.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkAnomalyStatus {
+    /// Whether a person acknowledged it.
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// When the metric returned to baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Time>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaServiceGraph
+// ---------------------------------------------------------------------------------------------
+
+/// Who talks to whom in a set of namespaces, from observed flows.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaServiceGraph",
+    namespaced,
+    status = "GryviaServiceGraphStatus",
+    shortname = "gsg",
+    category = "gryvia",
+    printcolumn(name = "Edges", type_ = "integer", json_path = ".status.edgeCount"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaServiceGraphSpec {
+    /// Namespaces included (this one when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Window of flows considered, minutes.
+    #[serde(default = "default_window")]
+    #[schemars(range(min = 1, max = 10080))]
+    pub window_minutes: i32,
+}
+
+fn default_window() -> i32 {
+    60
+}
+
+/// The graph.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaServiceGraphStatus {
+    /// Workloads (`namespace/workload`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Edges, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edges: Vec<GraphEdge>,
+    /// Number of edges.
+    #[serde(default)]
+    pub edge_count: i32,
+    /// When it was computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+/// An edge of the service graph.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphEdge {
+    /// Client workload.
+    pub from: String,
+    /// Server workload.
+    pub to: String,
+    /// Server port.
+    pub port: i32,
+    /// Bytes in the window.
+    pub bytes: i64,
+    /// Connections in the window.
+    pub connections: i64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaNetworkCost
+// ---------------------------------------------------------------------------------------------
+
+/// Network transfer attributed to teams, jobs or services, priced per GiB.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaNetworkCost",
+    status = "GryviaNetworkCostStatus",
+    shortname = "gnc",
+    category = "gryvia",
+    printcolumn(name = "Group By", type_ = "string", json_path = ".spec.groupBy"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkCostSpec {
+    /// How transfer is attributed.
+    pub group_by: CostGrouping,
+    /// Price per GiB leaving the cluster.
+    pub egress_per_gib: Decimal,
+    /// Price per GiB crossing zones.
+    pub cross_zone_per_gib: Decimal,
+    /// Currency (ISO 4217).
+    #[serde(default = "default_usd")]
+    #[schemars(regex(pattern = r"^[A-Z]{3}$"))]
+    pub currency: String,
+}
+
+fn default_usd() -> String {
+    "USD".to_owned()
+}
+
+/// Attribution of network cost.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CostGrouping {
+    /// Per tenant.
+    Team,
+    /// Per job.
+    Job,
+    /// Per service.
+    Service,
+}
+
+/// Attributed network cost.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkCostStatus {
+    /// One entry per group, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<NetworkCostEntry>,
+    /// When it was computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+/// Cost of one group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkCostEntry {
+    /// Group name.
+    pub name: String,
+    /// Bytes leaving the cluster.
+    pub egress_bytes: i64,
+    /// Bytes crossing zones.
+    pub cross_zone_bytes: i64,
+    /// Cost.
+    pub cost: Decimal,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaTrainingInsight
+// ---------------------------------------------------------------------------------------------
+
+/// Network behaviour of one distributed training job: per-worker traffic, stragglers and
+/// collective-communication throughput.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaTrainingInsight",
+    namespaced,
+    status = "GryviaTrainingInsightStatus",
+    shortname = "gti",
+    category = "gryvia",
+    printcolumn(name = "Job", type_ = "string", json_path = ".spec.jobName"),
+    printcolumn(name = "Stragglers", type_ = "integer", json_path = ".status.stragglerCount"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTrainingInsightSpec {
+    /// The GryviaAIJob observed.
+    #[schemars(length(min = 1, max = 253))]
+    pub job_name: String,
+    /// A worker whose throughput is below this share of the median is a straggler, percent.
+    #[serde(default = "default_straggler")]
+    #[schemars(range(min = 1, max = 100))]
+    pub straggler_threshold_percent: i32,
+}
+
+fn default_straggler() -> i32 {
+    70
+}
+
+/// Insight into a training job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTrainingInsightStatus {
+    /// Per-worker traffic, by rank.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerTraffic>,
+    /// Workers below the straggler threshold.
+    #[serde(default)]
+    pub straggler_count: i32,
+    /// Recommendations, one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recommendations: Vec<String>,
+    /// When it was computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+/// Traffic of one worker.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerTraffic {
+    /// Rank.
+    pub rank: i32,
+    /// Pod.
+    pub pod: String,
+    /// Node.
+    pub node: String,
+    /// Bytes sent per second.
+    pub tx_bytes_per_second: f64,
+    /// Bytes received per second.
+    pub rx_bytes_per_second: f64,
+    /// TCP retransmissions in the window.
+    pub retransmits: i64,
+    /// Whether it is a straggler.
+    pub straggler: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaFabricSignal
+// ---------------------------------------------------------------------------------------------
+
+/// Per-node fabric health from the collector: interface counters, retransmissions and RTT.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaFabricSignal",
+    status = "GryviaFabricSignalStatus",
+    shortname = "gfs",
+    category = "gryvia",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Retransmits", type_ = "integer", json_path = ".status.tcpRetransmits"),
+    printcolumn(name = "Updated", type_ = "date", json_path = ".status.updatedAt")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFabricSignalSpec {
+    /// Node the signal describes.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+}
+
+/// Fabric counters of a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFabricSignalStatus {
+    /// Per-interface counters, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceCounters>,
+    /// TCP retransmissions in the last window.
+    #[serde(default)]
+    pub tcp_retransmits: i64,
+    /// Median smoothed RTT over flows, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_srtt_micros: Option<i64>,
+    /// Window the counters cover, seconds.
+    #[serde(default)]
+    pub window_seconds: i32,
+    /// When the collector wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+/// Counters of one interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceCounters {
+    /// Interface name.
+    pub name: String,
+    /// Packets received.
+    pub rx_packets: i64,
+    /// Bytes received.
+    pub rx_bytes: i64,
+    /// Packets dropped.
+    #[serde(default)]
+    pub drops: i64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaFlowAggregate
+// ---------------------------------------------------------------------------------------------
+
+/// Flows one node's collector saw in a window, joined to pods, for the operator to consume.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaFlowAggregate",
+    status = "GryviaFlowAggregateStatus",
+    shortname = "gfa",
+    category = "gryvia",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Flows", type_ = "integer", json_path = ".status.flowCount"),
+    printcolumn(name = "Updated", type_ = "date", json_path = ".status.windowEnd")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFlowAggregateSpec {
+    /// Node whose flows these are.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+}
+
+/// The flows of a window.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaFlowAggregateStatus {
+    /// Start of the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start: Option<Time>,
+    /// End of the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_end: Option<Time>,
+    /// Flows in the window (the largest by bytes when over the cap), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 2000))]
+    pub flows: Vec<FlowRecord>,
+    /// Flows seen in the window, including those cut by the cap.
+    #[serde(default)]
+    pub flow_count: i64,
+}
+
+/// One flow.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowRecord {
+    /// Source address.
+    pub src_ip: String,
+    /// Source port.
+    pub src_port: i32,
+    /// Destination address.
+    pub dst_ip: String,
+    /// Destination port.
+    pub dst_port: i32,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Bytes sent by the source.
+    pub tx_bytes: i64,
+    /// Bytes received by the source.
+    pub rx_bytes: i64,
+    /// Retransmitted segments.
+    #[serde(default)]
+    pub retransmits: i64,
+    /// Local pod, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaNetworkBaseline
+// ---------------------------------------------------------------------------------------------
+
+/// Learned normal values of network metrics for a node, against which anomalies are raised.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaNetworkBaseline",
+    status = "GryviaNetworkBaselineStatus",
+    shortname = "gnb",
+    category = "gryvia",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Samples", type_ = "integer", json_path = ".status.samples")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkBaselineSpec {
+    /// Node the baseline describes.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+    /// Standard deviations from the mean that count as an anomaly.
+    #[serde(default = "default_sigma")]
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub sensitivity_sigma: f64,
+    /// Samples needed before anomalies are raised.
+    #[serde(default = "default_min_samples")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub min_samples: i32,
+}
+
+fn default_sigma() -> f64 {
+    3.0
+}
+
+fn default_min_samples() -> i32 {
+    30
+}
+
+/// Learned values.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaNetworkBaselineStatus {
+    /// Samples folded in.
+    #[serde(default)]
+    pub samples: i64,
+    /// Per metric mean and variance.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, MetricBaseline>,
+}
+
+/// Running statistics of one metric.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricBaseline {
+    /// Mean.
+    pub mean: f64,
+    /// Variance.
+    pub variance: f64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaCollectorConfig
+// ---------------------------------------------------------------------------------------------
+
+/// Settings of the eBPF collector on a set of nodes: which programs run, on which interfaces,
+/// and how often maps are read.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaCollectorConfig",
+    status = "GryviaCollectorConfigStatus",
+    shortname = "gcc",
+    category = "gryvia",
+    printcolumn(name = "Interval", type_ = "integer", json_path = ".spec.intervalSeconds"),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodesReporting")
+)]
+#[x_kube(validation = Rule::new("self.programs.all(p, self.programs.exists_one(q, q == p))").message("spec.programs: each program may appear once"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaCollectorConfigSpec {
+    /// Nodes the settings apply to (all when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Programs to load.
+    #[schemars(length(min = 1, max = 8))]
+    pub programs: Vec<CollectorProgram>,
+    /// Fabric-facing interfaces counted by the interface program.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub interfaces: Vec<String>,
+    /// Seconds between map reads.
+    #[serde(default = "default_interval")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub interval_seconds: i32,
+}
+
+fn default_interval() -> i32 {
+    10
+}
+
+/// An eBPF program of the collector.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum CollectorProgram {
+    /// Per-cgroup bytes and packets (cgroup_skb).
+    CgroupTraffic,
+    /// TCP connection lifecycle and per-flow bytes.
+    TcpFlows,
+    /// TCP retransmissions and RTT samples.
+    TcpRetransmits,
+    /// Per-interface packet counts (XDP / TC).
+    InterfaceCounters,
+}
+
+/// Reporting state of the collectors.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaCollectorConfigStatus {
+    /// Nodes whose collector reported in the last three intervals.
+    #[serde(default)]
+    pub nodes_reporting: i32,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

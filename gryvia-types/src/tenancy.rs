@@ -1,0 +1,324 @@
+//! Tenants and namespace quotas.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::money::Decimal;
+
+// ---------------------------------------------------------------------------------------------
+// GryviaTenant
+// ---------------------------------------------------------------------------------------------
+
+/// A team that shares the GPU fleet. The quota-operator gives it the namespace
+/// `tenant-<name>` with a ResourceQuota, a LimitRange, an optional NetworkPolicy and, opt-in,
+/// RoleBindings for its members.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaTenant",
+    status = "GryviaTenantStatus",
+    shortname = "gtn",
+    category = "gryvia",
+    printcolumn(name = "Display Name", type_ = "string", json_path = ".spec.displayName"),
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.quotas.concurrentGPUs"),
+    printcolumn(name = "In Use", type_ = "integer", json_path = ".status.gpusInUse"),
+    printcolumn(name = "Namespace", type_ = "string", json_path = ".status.namespace"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.members.all(m, self.members.exists_one(n, n.username == m.username))").message("spec.members: each username may appear once"))]
+#[x_kube(validation = Rule::new("!has(self.parentTenant) || self.parentTenant != ''").message("spec.parentTenant must not be empty when set"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTenantSpec {
+    /// Name shown to people.
+    #[schemars(length(min = 1, max = 256))]
+    pub display_name: String,
+    /// People of the tenant and their roles.
+    #[serde(default)]
+    #[schemars(length(max = 1000))]
+    pub members: Vec<TenantMember>,
+    /// Resource limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<TenantQuotas>,
+    /// Priority settings of the tenant's jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priorities: Option<TenantPriorities>,
+    /// Storage requests allowed per storage class (for example `home: 10Ti`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_quotas: BTreeMap<String, Quantity>,
+    /// Billing details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing: Option<TenantBilling>,
+    /// Governance labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governance: Option<TenantGovernance>,
+    /// Parent tenant: this tenant's quotas are capped by what the parent has left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tenant: Option<String>,
+    /// Network isolation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<TenantNetworkPolicy>,
+    /// GPU SKUs (GryviaGpuSku names) the tenant's jobs may request; any when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub allowed_skus: Vec<String>,
+    /// What happens to the namespace when the tenant is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// A member of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantMember {
+    /// User name as the API server authenticates it (OIDC subject or user name).
+    #[schemars(length(min = 1, max = 253))]
+    pub username: String,
+    /// Role in the tenant.
+    pub role: MemberRole,
+}
+
+/// Role of a member.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberRole {
+    /// Manages the tenant's namespace (ClusterRole `admin`).
+    Admin,
+    /// Submits and manages jobs (ClusterRole `edit`).
+    Member,
+    /// Reads (ClusterRole `view`).
+    Viewer,
+}
+
+/// Resource limits of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantQuotas {
+    /// GPU-hours per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_hours: Option<GpuHoursQuota>,
+    /// Spend limit in US dollars.
+    #[serde(default, rename = "costUSD", skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<CostQuota>,
+    /// GPUs the tenant's pods may request at once (`requests.nvidia.com/gpu`).
+    #[serde(
+        default,
+        rename = "concurrentGPUs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub concurrent_gpus: Option<i32>,
+    /// GPUs per GPU type (SKU name to count), each a ResourceQuota scoped to that type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_per_type: BTreeMap<String, i32>,
+}
+
+/// GPU-hour limits.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuHoursQuota {
+    /// GPU-hours per month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub monthly: Option<i64>,
+    /// Extra GPU-hours that may be used above `monthly`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub burst: Option<i64>,
+}
+
+/// A spend limit in whole US dollars.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostQuota {
+    /// Dollars per month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub monthly: Option<i64>,
+}
+
+/// Priority settings of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantPriorities {
+    /// Priority tier (GryviaPriority name or `low` / `normal` / `high`) of jobs without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// May the tenant's jobs use high-priority tiers.
+    #[serde(default)]
+    pub allow_high_priority: bool,
+}
+
+/// Billing details of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantBilling {
+    /// Cost center invoices are addressed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_center: Option<String>,
+    /// How the tenant pays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payment_method: Option<PaymentMethod>,
+    /// Credit left, in US dollars (for `prepaid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepaid_balance: Option<Decimal>,
+}
+
+/// Payment method.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PaymentMethod {
+    /// Billed after use against a credit line.
+    Credit,
+    /// Invoiced monthly.
+    Invoice,
+    /// Paid in advance.
+    Prepaid,
+}
+
+/// Governance labels of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantGovernance {
+    /// Most sensitive data the tenant handles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_classification: Option<DataClassification>,
+    /// Compliance regimes the tenant is under (for example SOC2, HIPAA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compliance_requirements: Vec<String>,
+}
+
+/// Data classification.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DataClassification {
+    /// Public.
+    Public,
+    /// Internal.
+    Internal,
+    /// Confidential.
+    Confidential,
+    /// Restricted.
+    Restricted,
+}
+
+/// Network isolation of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantNetworkPolicy {
+    /// Deny traffic from other tenants' namespaces.
+    #[serde(default)]
+    pub isolated: bool,
+    /// Tenants allowed in although `isolated` is set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tenants: Vec<String>,
+}
+
+/// What happens to a tenant's namespace when the tenant is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep a namespace that still holds workloads (the status and an Event say so).
+    #[default]
+    Retain,
+    /// Delete the namespace and everything in it.
+    Delete,
+}
+
+/// Observed state of a tenant.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaTenantStatus {
+    /// Generation of the spec last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The tenant's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// GPUs requested by the tenant's pods now.
+    #[serde(default)]
+    pub gpus_in_use: i32,
+    /// GPUs the tenant may use (after the parent's cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_limit: Option<i32>,
+    /// `gpusInUse` as a percentage of `gpuLimit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<i32>,
+    /// Pods of the tenant.
+    #[serde(default)]
+    pub pods: i32,
+    /// Conditions (`Ready`, `QuotaCapped` when the parent caps a quota).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// GryviaQuota
+// ---------------------------------------------------------------------------------------------
+
+/// Hard limits for a list of namespaces, kept as a ResourceQuota in each.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gryvia.io",
+    version = "v1alpha1",
+    kind = "GryviaQuota",
+    status = "GryviaQuotaStatus",
+    shortname = "gqt",
+    category = "gryvia",
+    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.hard.gpus"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.hard.gpus) || has(self.hard.cpu) || has(self.hard.memory) || has(self.hard.storage) || has(self.hard.pods) || size(self.hard.gpusPerType) > 0").message("spec.hard must set at least one limit"))]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaQuotaSpec {
+    /// Namespaces the limits apply to (each gets its own ResourceQuota with these limits).
+    #[schemars(length(min = 1, max = 1000))]
+    pub namespaces: Vec<String>,
+    /// The limits.
+    pub hard: QuotaLimits,
+}
+
+/// Hard limits of a quota.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaLimits {
+    /// `requests.nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub gpus: Option<i32>,
+    /// GPUs per GPU type (SKU name to count).
+    #[serde(default)]
+    pub gpus_per_type: BTreeMap<String, i32>,
+    /// `requests.cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// `requests.memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// `requests.storage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Quantity>,
+    /// `pods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pods: Option<i32>,
+}
+
+/// Observed state of a quota.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GryviaQuotaStatus {
+    /// Generation of the spec last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// GPUs requested per namespace.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_used: BTreeMap<String, i32>,
+    /// Conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

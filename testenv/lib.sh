@@ -1,0 +1,86 @@
+# shellcheck shell=bash disable=SC2034
+# Shared helpers for testenv/build, testenv/up and testenv/down. Sourced, not executed.
+
+TESTENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+log() { printf '[testenv] %s\n' "$*" >&2; }
+die() { printf '[testenv] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- versions: the wrapper go.mod files are the single source of truth --------------------------
+modver() { # modver <go.mod> <module path>
+  local v
+  v="$(awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "$1")"
+  [[ -n "$v" ]] || die "cannot find $2 in $1"
+  printf '%s' "$v"
+}
+K8S_VERSION="$(modver "$TESTENV_DIR/go/k8s/go.mod" k8s.io/kubernetes)"
+ETCD_VERSION="$(modver "$TESTENV_DIR/go/etcd/go.mod" go.etcd.io/etcd/server/v3)"
+KWOK_VERSION="$(modver "$TESTENV_DIR/go/kwok/go.mod" sigs.k8s.io/kwok)"
+
+# Cache key: the three versions plus a hash of every wrapper-module file and of BUILD_RECIPE, so
+# editing go.mod/go.sum/main.go/tools.go produces a fresh directory. Bump BUILD_RECIPE whenever
+# testenv/build changes how binaries are compiled (flags, ldflags, the set of binaries).
+BUILD_RECIPE=1
+testenv_hash() {
+  { echo "recipe=$BUILD_RECIPE"; cd "$TESTENV_DIR" && cat go/*/go.mod go/*/go.sum go/*/*.go; } | sha256sum | cut -c1-10
+}
+VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(testenv_hash)"
+CACHE_BASE="${GRYVIA_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gryvia/testenv}"
+BIN_DIR="$CACHE_BASE/$VERSION_KEY"
+
+# Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
+TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
+
+binaries_present() {
+  local b
+  for b in "${TESTENV_BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+}
+
+find_go() {
+  if [[ -n "${GO:-}" ]]; then printf '%s' "$GO"; return; fi
+  if command -v go >/dev/null 2>&1; then command -v go; return; fi
+  if [[ -x /usr/local/go/bin/go ]]; then printf '%s' /usr/local/go/bin/go; return; fi
+  die "no Go toolchain found (set GO=/path/to/go or put go on PATH); needed to build the test binaries"
+}
+
+# --- state dir and ports -------------------------------------------------------------------------
+STATE_DIR="${GRYVIA_TESTENV_DIR:-/tmp/gryvia-testenv}"
+[[ "$STATE_DIR" == /* ]] || STATE_DIR="$PWD/$STATE_DIR"
+STATE_DIR="${STATE_DIR%/}"
+STATE_MARKER=".gryvia-testenv"   # testenv/down only deletes a state dir that carries this file
+check_state_dir() {
+  case "$STATE_DIR" in
+    "" | / | /tmp | /root | /home | "$HOME" | /usr* | /etc* | /var | /bin* | /lib*)
+      die "refusing to use '$STATE_DIR' as the state dir (GRYVIA_TESTENV_DIR)" ;;
+  esac
+  if [[ -d "$STATE_DIR" && ! -f "$STATE_DIR/$STATE_MARKER" ]] && [[ -n "$(ls -A "$STATE_DIR")" ]]; then
+    die "$STATE_DIR exists, is not empty and was not created by testenv/up; refusing to touch it"
+  fi
+}
+APISERVER_PORT="${GRYVIA_TESTENV_APISERVER_PORT:-16443}"
+ETCD_PORT="${GRYVIA_TESTENV_ETCD_PORT:-16379}"         # peer port is ETCD_PORT+1
+KCM_PORT="${GRYVIA_TESTENV_KCM_PORT:-16257}"
+SCHEDULER_PORT="${GRYVIA_TESTENV_SCHEDULER_PORT:-16259}"
+KWOK_PORT="${GRYVIA_TESTENV_KWOK_PORT:-16247}"
+
+# Components in start order; testenv/down stops them in reverse order.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+# pid_alive <component>: the pid in the pidfile exists and its command line mentions our state dir
+# (guards against a recycled pid belonging to somebody else).
+pid_alive() {
+  local f="$STATE_DIR/pids/$1.pid" pid
+  [[ -f "$f" ]] || return 1
+  pid="$(cat "$f" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$STATE_DIR/" || return 1
+  # a zombie is not alive
+  [[ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" != Z ]]
+}
+
+kubectl_bin() {
+  if [[ -x "$BIN_DIR/kubectl" ]]; then printf '%s' "$BIN_DIR/kubectl"
+  elif command -v kubectl >/dev/null 2>&1; then command -v kubectl
+  else die "no kubectl: run testenv/build"; fi
+}
