@@ -27,10 +27,12 @@ pub async fn install(client: &kube::Client, timeout: Duration) -> Result<Vec<Str
     let mut names = Vec::new();
     for crd in gryvia_types::crds::all() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &params, &Patch::Apply(&crd)).await.map_err(|source| Error::Api {
-            operation: format!("apply CRD {name}"),
-            source,
-        })?;
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .map_err(|source| Error::Api {
+                operation: format!("apply CRD {name}"),
+                source,
+            })?;
         names.push(name);
     }
     let deadline = tokio::time::Instant::now() + timeout;
@@ -62,7 +64,10 @@ async fn wait_established(
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(Error::Timeout { what: format!("CRD {name} to be Established"), after: timeout });
+            return Err(Error::Timeout {
+                what: format!("CRD {name} to be Established"),
+                after: timeout,
+            });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

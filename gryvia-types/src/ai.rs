@@ -31,7 +31,11 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Workers", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
     printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retries"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("!has(self.gpuType) || self.gpus > 0").message("spec.gpuType requires spec.gpus > 0"))]
 #[x_kube(validation = Rule::new("self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))").message("spec.volumeMounts: every mount must name a volume in spec.volumes"))]
@@ -335,9 +339,21 @@ pub enum JobPhase {
     shortname = "gtpl",
     category = "gryvia",
     printcolumn(name = "Category", type_ = "string", json_path = ".spec.category"),
-    printcolumn(name = "Valid", type_ = "string", json_path = ".status.conditions[?(@.type==\"Valid\")].status"),
-    printcolumn(name = "Jobs", type_ = "integer", json_path = ".status.instantiatedJobs"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Valid",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].status"
+    ),
+    printcolumn(
+        name = "Jobs",
+        type_ = "integer",
+        json_path = ".status.instantiatedJobs"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
 #[serde(rename_all = "camelCase")]
@@ -559,7 +575,11 @@ pub struct GryviaTemplateStatus {
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url"),
     printcolumn(name = "Delivered", type_ = "integer", json_path = ".status.delivered"),
     printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.url.startsWith('https://') || self.allowInsecure").message("spec.url must be https:// unless spec.allowInsecure is true"))]
 #[serde(rename_all = "camelCase")]
@@ -596,7 +616,9 @@ fn default_hook_attempts() -> i32 {
 }
 
 /// Phase change that triggers a hook.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 pub enum HookEvent {
     /// The job started running.
     Started,

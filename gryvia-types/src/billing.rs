@@ -28,7 +28,11 @@ use crate::money::Decimal;
     printcolumn(name = "Period", type_ = "string", json_path = ".spec.period.type"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Spend", type_ = "string", json_path = ".status.spendUSD"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("has(self.limits.costUSD) || has(self.limits.gpuHours)").message("spec.limits must set costUSD or gpuHours"))]
 #[x_kube(validation = Rule::new("self.alerts.all(a, self.alerts.exists_one(b, b.threshold == a.threshold))").message("spec.alerts: each threshold may appear once"))]
@@ -178,7 +182,11 @@ pub struct GryviaBudgetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_hours: Option<Decimal>,
     /// Forecast spend at the end of the period, US dollars.
-    #[serde(default, rename = "forecastUSD", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "forecastUSD",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub forecast_usd: Option<Decimal>,
     /// Start of the current period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,7 +203,9 @@ pub struct GryviaBudgetStatus {
 }
 
 /// Budget state.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetState {
     /// Below every alert threshold.
@@ -294,9 +304,17 @@ pub struct GryviaUsageRecordStatus {
     shortname = "gsku",
     category = "gryvia",
     printcolumn(name = "Product", type_ = "string", json_path = ".spec.gpuProduct"),
-    printcolumn(name = "Price/GPU-h", type_ = "string", json_path = ".spec.pricePerGpuHour"),
+    printcolumn(
+        name = "Price/GPU-h",
+        type_ = "string",
+        json_path = ".spec.pricePerGpuHour"
+    ),
     printcolumn(name = "Currency", type_ = "string", json_path = ".spec.currency"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaGpuSkuSpec {
@@ -339,7 +357,11 @@ fn default_currency() -> String {
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenant"),
     printcolumn(name = "Total", type_ = "string", json_path = ".status.total"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.periodStart < self.periodEnd").message("spec.periodStart must be before spec.periodEnd"))]
 #[x_kube(validation = Rule::new("self == oldSelf").message("an invoice's spec is immutable"))]

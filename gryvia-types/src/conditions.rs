@@ -121,15 +121,24 @@ mod tests {
     #[test]
     fn setting_the_same_status_keeps_the_transition_time() {
         let mut conds = vec![];
-        assert!(set(&mut conds, new(READY, Status::True, "A", "m", Some(1), t(10))));
-        assert!(!set(&mut conds, new(READY, Status::True, "A", "m", Some(1), t(20))));
+        assert!(set(
+            &mut conds,
+            new(READY, Status::True, "A", "m", Some(1), t(10))
+        ));
+        assert!(!set(
+            &mut conds,
+            new(READY, Status::True, "A", "m", Some(1), t(20))
+        ));
         assert_eq!(conds[0].last_transition_time, Time(t(10)));
     }
 
     #[test]
     fn a_status_change_moves_the_transition_time() {
         let mut conds = vec![new(READY, Status::True, "A", "m", None, t(10))];
-        assert!(set(&mut conds, new(READY, Status::False, "B", "n", None, t(20))));
+        assert!(set(
+            &mut conds,
+            new(READY, Status::False, "B", "n", None, t(20))
+        ));
         assert_eq!(conds[0].last_transition_time, Time(t(20)));
         assert!(!is_true(&conds, READY));
     }
@@ -137,7 +146,10 @@ mod tests {
     #[test]
     fn a_reason_change_keeps_time_but_reports_a_change() {
         let mut conds = vec![new(READY, Status::False, "A", "m", None, t(10))];
-        assert!(set(&mut conds, new(READY, Status::False, "B", "m", None, t(20))));
+        assert!(set(
+            &mut conds,
+            new(READY, Status::False, "B", "m", None, t(20))
+        ));
         assert_eq!(conds[0].reason, "B");
         assert_eq!(conds[0].last_transition_time, Time(t(10)));
     }

@@ -65,7 +65,13 @@ pub fn by_kind(kind: &str) -> Result<CustomResourceDefinition> {
 
 /// The file name of a CRD in `deploy/crds/`: `<plural>.<group>.yaml`.
 pub fn file_name(crd: &CustomResourceDefinition) -> String {
-    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or(&crd.spec.names.plural))
+    format!(
+        "{}.yaml",
+        crd.metadata
+            .name
+            .as_deref()
+            .unwrap_or(&crd.spec.names.plural)
+    )
 }
 
 /// One CRD as a YAML document (without the leading `---`).
@@ -105,9 +111,18 @@ mod tests {
             assert_eq!(crd.spec.versions.len(), 1);
             assert_eq!(crd.spec.versions[0].name, crate::VERSION);
             let cats = crd.spec.names.categories.clone().unwrap_or_default();
-            assert_eq!(cats, vec![crate::CATEGORY.to_owned()], "{}", crd.spec.names.kind);
+            assert_eq!(
+                cats,
+                vec![crate::CATEGORY.to_owned()],
+                "{}",
+                crd.spec.names.kind
+            );
             assert!(
-                crd.spec.names.short_names.as_ref().is_some_and(|s| !s.is_empty()),
+                crd.spec
+                    .names
+                    .short_names
+                    .as_ref()
+                    .is_some_and(|s| !s.is_empty()),
                 "{} has no short name",
                 crd.spec.names.kind
             );
@@ -116,8 +131,10 @@ mod tests {
 
     #[test]
     fn short_names_are_unique() {
-        let mut names: Vec<String> =
-            all().into_iter().flat_map(|c| c.spec.names.short_names.unwrap_or_default()).collect();
+        let mut names: Vec<String> = all()
+            .into_iter()
+            .flat_map(|c| c.spec.names.short_names.unwrap_or_default())
+            .collect();
         let n = names.len();
         names.sort();
         names.dedup();

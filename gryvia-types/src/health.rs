@@ -37,7 +37,11 @@ pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount"),
     printcolumn(name = "Health", type_ = "string", json_path = ".status.health"),
     printcolumn(name = "Observed", type_ = "date", json_path = ".status.observedAt"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaGpuNodeSpec {
@@ -77,7 +81,9 @@ pub struct RemediationRequest {
 }
 
 /// One rung of the remediation ladder.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RemediationAction {
     /// `nvidia-smi --gpu-reset` of the affected GPUs.
@@ -278,9 +284,17 @@ pub enum Verdict {
     category = "gryvia",
     printcolumn(name = "Target", type_ = "string", json_path = ".spec.target.type"),
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
-    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.summary.failed"),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.summary.failed"
+    ),
     printcolumn(name = "Last Run", type_ = "date", json_path = ".status.lastRun"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.checks.all(c, self.checks.exists_one(d, d.name == c.name))").message("spec.checks: check names must be unique"))]
 #[serde(rename_all = "camelCase")]
@@ -288,7 +302,9 @@ pub struct GryviaHealthCheckSpec {
     /// Which nodes the checks cover.
     pub target: HealthTarget,
     /// When to evaluate, as a five-field cron expression in UTC (or `@hourly` and friends).
-    #[schemars(regex(pattern = r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4}\S+\s*)$"))]
+    #[schemars(regex(
+        pattern = r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4}\S+\s*)$"
+    ))]
     pub schedule: String,
     /// The checks to evaluate on every GPU of every targeted node.
     #[schemars(length(min = 1, max = 16))]
@@ -367,7 +383,9 @@ pub struct HealthCheckItem {
 }
 
 /// What a check measures.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CheckType {
     /// Core temperature, degrees Celsius.
@@ -461,7 +479,11 @@ pub struct RemediationSpec {
 }
 
 fn default_steps() -> Vec<RemediationAction> {
-    vec![RemediationAction::GpuReset, RemediationAction::DriverReload, RemediationAction::Reboot]
+    vec![
+        RemediationAction::GpuReset,
+        RemediationAction::DriverReload,
+        RemediationAction::Reboot,
+    ]
 }
 
 fn default_step_timeout() -> i32 {
@@ -610,7 +632,11 @@ pub struct ActionRecord {
     category = "gryvia",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.type == 'pvc' ? has(self.storageClassName) : has(self.endpoint)").message("spec.endpoint is required (spec.storageClassName for type pvc)"))]
 #[serde(rename_all = "camelCase")]
@@ -698,7 +724,11 @@ pub enum ComponentPhase {
     category = "gryvia",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaNetworkSpec {

@@ -13,6 +13,11 @@
 //! (OpenAPI structure, ranges, enums, required fields and the CEL rules) on the client side,
 //! with errors that name the field path.
 
+#![expect(
+    clippy::duplicated_attributes,
+    reason = "kube's printcolumn(...) lists legitimately repeat `type_ = ...`"
+)]
+
 pub mod ai;
 pub mod billing;
 pub mod conditions;
@@ -24,6 +29,8 @@ pub mod money;
 pub mod network;
 pub mod scheduling;
 pub mod tenancy;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(feature = "validation")]
 pub mod validation;
 

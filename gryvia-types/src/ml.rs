@@ -27,9 +27,17 @@ use crate::ai::{GryviaAIJobSpec, JobPhase, TemplateRef};
     shortname = "gat",
     category = "gryvia",
     printcolumn(name = "Algorithm", type_ = "string", json_path = ".spec.algorithm"),
-    printcolumn(name = "Trials", type_ = "integer", json_path = ".status.completedTrials"),
+    printcolumn(
+        name = "Trials",
+        type_ = "integer",
+        json_path = ".status.completedTrials"
+    ),
     printcolumn(name = "Best", type_ = "string", json_path = ".status.bestTrial.name"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.parallelTrials <= self.maxTrials").message("spec.parallelTrials must not exceed spec.maxTrials"))]
 #[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
@@ -209,8 +217,16 @@ pub struct Trial {
     shortname = "gwf",
     category = "gryvia",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Steps", type_ = "integer", json_path = ".status.succeededSteps"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Steps",
+        type_ = "integer",
+        json_path = ".status.succeededSteps"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.steps.all(s, self.steps.exists_one(t, t.name == s.name))").message("spec.steps: step names must be unique"))]
 #[x_kube(validation = Rule::new("self.steps.all(s, s.dependsOn.all(d, d != s.name && self.steps.exists(t, t.name == d)))").message("spec.steps: dependsOn must name other steps of this workflow"))]
@@ -311,8 +327,16 @@ pub struct StepStatus {
     shortname = "gmr",
     category = "gryvia",
     printcolumn(name = "Model", type_ = "string", json_path = ".spec.modelName"),
-    printcolumn(name = "Production", type_ = "string", json_path = ".status.productionVersion"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Production",
+        type_ = "string",
+        json_path = ".status.productionVersion"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.versions.all(v, self.versions.exists_one(w, w.version == v.version))").message("spec.versions: each version may appear once"))]
 #[x_kube(validation = Rule::new("self.versions.filter(v, v.stage == 'production').size() <= 1").message("spec.versions: at most one version may be in stage production"))]
@@ -416,7 +440,11 @@ pub struct GryviaModelRegistryStatus {
     printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.model.version"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.replicas.min <= self.replicas.max").message("spec.replicas.min must not exceed spec.replicas.max"))]
 #[serde(rename_all = "camelCase")]
@@ -575,7 +603,11 @@ pub struct GryviaInferenceServiceStatus {
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Owner", type_ = "string", json_path = ".spec.owner"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaWorkspaceSpec {

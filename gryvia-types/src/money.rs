@@ -33,7 +33,10 @@ impl Decimal {
     /// fractional digits.
     pub fn parse(text: &str) -> crate::Result<Self> {
         if text.starts_with('-') {
-            return Err(Error::Decimal { value: text.to_owned(), reason: "must not be negative" });
+            return Err(Error::Decimal {
+                value: text.to_owned(),
+                reason: "must not be negative",
+            });
         }
         parse_micros(text)?;
         Ok(Decimal(text.to_owned()))
@@ -77,7 +80,10 @@ impl fmt::Display for Decimal {
 }
 
 fn parse_micros(text: &str) -> crate::Result<i64> {
-    let err = |reason| Error::Decimal { value: text.to_owned(), reason };
+    let err = |reason| Error::Decimal {
+        value: text.to_owned(),
+        reason,
+    };
     let (neg, body) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -103,7 +109,9 @@ fn parse_micros(text: &str) -> crate::Result<i64> {
         0
     } else {
         let padded = format!("{frac:0<6}");
-        padded.parse().map_err(|_| err("invalid fractional digits"))?
+        padded
+            .parse()
+            .map_err(|_| err("invalid fractional digits"))?
     };
     let value = whole * MICROS + frac_micros;
     Ok(if neg { -value } else { value })
@@ -135,7 +143,10 @@ mod tests {
     fn decimals_parse_to_exact_micros() {
         assert_eq!(Decimal::parse("2.45").unwrap().micros().unwrap(), 2_450_000);
         assert_eq!(Decimal::parse("0").unwrap().micros().unwrap(), 0);
-        assert_eq!(Decimal::parse("10.000001").unwrap().micros().unwrap(), 10_000_001);
+        assert_eq!(
+            Decimal::parse("10.000001").unwrap().micros().unwrap(),
+            10_000_001
+        );
     }
 
     #[test]

@@ -27,8 +27,16 @@ use crate::money::Decimal;
     shortname = "gfp",
     category = "gryvia",
     printcolumn(name = "Action", type_ = "string", json_path = ".spec.action"),
-    printcolumn(name = "Violations", type_ = "integer", json_path = ".status.violations"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Violations",
+        type_ = "integer",
+        json_path = ".status.violations"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaFlowPolicySpec {
@@ -90,7 +98,20 @@ pub struct FlowPort {
 }
 
 /// Transport protocol.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
+)]
 pub enum Protocol {
     /// TCP.
     #[default]
@@ -132,7 +153,11 @@ pub struct GryviaFlowPolicyStatus {
     category = "gryvia",
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaAutoPolicySpec {
@@ -200,7 +225,11 @@ pub struct GryviaAutoPolicyStatus {
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.node"),
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Severity", type_ = "string", json_path = ".spec.severity"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaNetworkAnomalySpec {
@@ -241,7 +270,9 @@ pub enum AnomalyType {
 }
 
 /// Severity.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Informational.
@@ -279,7 +310,11 @@ pub struct GryviaNetworkAnomalyStatus {
     shortname = "gsg",
     category = "gryvia",
     printcolumn(name = "Edges", type_ = "integer", json_path = ".status.edgeCount"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaServiceGraphSpec {
@@ -344,7 +379,11 @@ pub struct GraphEdge {
     shortname = "gnc",
     category = "gryvia",
     printcolumn(name = "Group By", type_ = "string", json_path = ".spec.groupBy"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaNetworkCostSpec {
@@ -418,8 +457,16 @@ pub struct NetworkCostEntry {
     shortname = "gti",
     category = "gryvia",
     printcolumn(name = "Job", type_ = "string", json_path = ".spec.jobName"),
-    printcolumn(name = "Stragglers", type_ = "integer", json_path = ".status.stragglerCount"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Stragglers",
+        type_ = "integer",
+        json_path = ".status.stragglerCount"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaTrainingInsightSpec {
@@ -488,7 +535,11 @@ pub struct WorkerTraffic {
     shortname = "gfs",
     category = "gryvia",
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
-    printcolumn(name = "Retransmits", type_ = "integer", json_path = ".status.tcpRetransmits"),
+    printcolumn(
+        name = "Retransmits",
+        type_ = "integer",
+        json_path = ".status.tcpRetransmits"
+    ),
     printcolumn(name = "Updated", type_ = "date", json_path = ".status.updatedAt")
 )]
 #[serde(rename_all = "camelCase")]
@@ -678,8 +729,16 @@ pub struct MetricBaseline {
     status = "GryviaCollectorConfigStatus",
     shortname = "gcc",
     category = "gryvia",
-    printcolumn(name = "Interval", type_ = "integer", json_path = ".spec.intervalSeconds"),
-    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodesReporting")
+    printcolumn(
+        name = "Interval",
+        type_ = "integer",
+        json_path = ".spec.intervalSeconds"
+    ),
+    printcolumn(
+        name = "Nodes",
+        type_ = "integer",
+        json_path = ".status.nodesReporting"
+    )
 )]
 #[x_kube(validation = Rule::new("self.programs.all(p, self.programs.exists_one(q, q == p))").message("spec.programs: each program may appear once"))]
 #[serde(rename_all = "camelCase")]
@@ -705,7 +764,9 @@ fn default_interval() -> i32 {
 }
 
 /// An eBPF program of the collector.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum CollectorProgram {
     /// Per-cgroup bytes and packets (cgroup_skb).

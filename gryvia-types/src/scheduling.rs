@@ -22,8 +22,16 @@ use serde::{Deserialize, Serialize};
     shortname = "gpri",
     category = "gryvia",
     printcolumn(name = "Value", type_ = "integer", json_path = ".spec.value"),
-    printcolumn(name = "Preemption", type_ = "string", json_path = ".spec.preemptionPolicy"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Preemption",
+        type_ = "string",
+        json_path = ".spec.preemptionPolicy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaPrioritySpec {
@@ -101,8 +109,16 @@ pub struct GryviaPriorityStatus {
     category = "gryvia",
     printcolumn(name = "Cohort", type_ = "string", json_path = ".spec.cohort"),
     printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pendingJobs"),
-    printcolumn(name = "Admitted", type_ = "integer", json_path = ".status.admittedJobs"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Admitted",
+        type_ = "integer",
+        json_path = ".status.admittedJobs"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.resources.all(r, self.resources.exists_one(s, s.gpuType == r.gpuType))").message("spec.resources: each gpuType may appear once"))]
 #[serde(rename_all = "camelCase")]
@@ -221,10 +237,22 @@ pub struct GryviaQueueStatus {
     shortname = "grsv",
     category = "gryvia",
     printcolumn(name = "Owner", type_ = "string", json_path = ".spec.owner.name"),
-    printcolumn(name = "GPU Type", type_ = "string", json_path = ".spec.resources.gpuType"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.resources.gpuCount"),
+    printcolumn(
+        name = "GPU Type",
+        type_ = "string",
+        json_path = ".spec.resources.gpuType"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".spec.resources.gpuCount"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaReservationSpec {
@@ -293,11 +321,15 @@ pub struct ReservationSchedule {
     pub type_: ScheduleType,
     /// Start of the reservation (RFC 3339). Now when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"))]
+    #[schemars(regex(
+        pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+    ))]
     pub start_time: Option<String>,
     /// End of the reservation (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"))]
+    #[schemars(regex(
+        pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+    ))]
     pub end_time: Option<String>,
     /// Recurring windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -340,7 +372,9 @@ fn default_tz() -> String {
 }
 
 /// Day of the week.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 pub enum Weekday {
     /// Monday.
     Mon,

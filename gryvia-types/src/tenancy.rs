@@ -25,11 +25,23 @@ use crate::money::Decimal;
     status = "GryviaTenantStatus",
     shortname = "gtn",
     category = "gryvia",
-    printcolumn(name = "Display Name", type_ = "string", json_path = ".spec.displayName"),
-    printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.quotas.concurrentGPUs"),
+    printcolumn(
+        name = "Display Name",
+        type_ = "string",
+        json_path = ".spec.displayName"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "integer",
+        json_path = ".spec.quotas.concurrentGPUs"
+    ),
     printcolumn(name = "In Use", type_ = "integer", json_path = ".status.gpusInUse"),
     printcolumn(name = "Namespace", type_ = "string", json_path = ".status.namespace"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.members.all(m, self.members.exists_one(n, n.username == m.username))").message("spec.members: each username may appear once"))]
 #[x_kube(validation = Rule::new("!has(self.parentTenant) || self.parentTenant != ''").message("spec.parentTenant must not be empty when set"))]
@@ -84,7 +96,9 @@ pub struct TenantMember {
 }
 
 /// Role of a member.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum MemberRole {
     /// Manages the tenant's namespace (ClusterRole `admin`).
@@ -270,7 +284,11 @@ pub struct GryviaTenantStatus {
     shortname = "gqt",
     category = "gryvia",
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.hard.gpus"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("has(self.hard.gpus) || has(self.hard.cpu) || has(self.hard.memory) || has(self.hard.storage) || has(self.hard.pods) || size(self.hard.gpusPerType) > 0").message("spec.hard must set at least one limit"))]
 #[serde(rename_all = "camelCase")]

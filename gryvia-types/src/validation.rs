@@ -71,7 +71,9 @@ pub struct Validator {
 
 impl fmt::Debug for Validator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Validator").field("kinds", &self.kinds.keys().collect::<Vec<_>>()).finish()
+        f.debug_struct("Validator")
+            .field("kinds", &self.kinds.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -99,7 +101,14 @@ impl Validator {
             let schema = jsonschema::draft4::new(&json_schema)
                 .map_err(|e| crate::Error::Yaml(format!("{kind}: schema does not compile: {e}")))?;
             let cel = kube_cel::compile_schema(&openapi);
-            kinds.insert(kind, Compiled { openapi, schema, cel });
+            kinds.insert(
+                kind,
+                Compiled {
+                    openapi,
+                    schema,
+                    cel,
+                },
+            );
         }
         Ok(Validator { kinds })
     }
@@ -116,8 +125,16 @@ impl Validator {
     ///
     /// # Errors
     /// [`ValidationErrors`] listing every problem found, each naming its field.
-    pub fn validate_update(&self, object: &Value, old: Option<&Value>) -> Result<(), ValidationErrors> {
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    pub fn validate_update(
+        &self,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ValidationErrors> {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -128,7 +145,10 @@ impl Validator {
             name: name.clone(),
             errors,
         };
-        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if api_version != crate::API_VERSION {
             return Err(fail(vec![FieldError {
                 path: "apiVersion".to_owned(),
@@ -176,16 +196,26 @@ impl Validator {
     ///
     /// # Errors
     /// [`ValidationErrors`] when the object is invalid or does not decode into `K`.
-    pub fn decode<K: serde::de::DeserializeOwned>(&self, object: &Value) -> Result<K, ValidationErrors> {
+    pub fn decode<K: serde::de::DeserializeOwned>(
+        &self,
+        object: &Value,
+    ) -> Result<K, ValidationErrors> {
         self.validate(object)?;
         serde_json::from_value(object.clone()).map_err(|e| ValidationErrors {
-            kind: object.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            kind: object
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
             name: object
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
-            errors: vec![FieldError { path: String::new(), message: e.to_string() }],
+            errors: vec![FieldError {
+                path: String::new(),
+                message: e.to_string(),
+            }],
         })
     }
 }
@@ -198,26 +228,49 @@ fn field_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
     let message = match e.kind() {
         K::Required { property } => {
             let name = property.as_str().unwrap_or_default();
-            let path = if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") };
-            return FieldError { path, message: "Required value".to_owned() };
+            let path = if path.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{path}.{name}")
+            };
+            return FieldError {
+                path,
+                message: "Required value".to_owned(),
+            };
         }
         K::Enum { options } => {
             let list: Vec<String> = options
                 .as_array()
-                .map(|a| a.iter().filter(|v| !v.is_null()).map(ToString::to_string).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter(|v| !v.is_null())
+                        .map(ToString::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
-            format!("Unsupported value: {value}: supported values: {}", list.join(", "))
+            format!(
+                "Unsupported value: {value}: supported values: {}",
+                list.join(", ")
+            )
         }
         K::Maximum { limit } => {
-            format!("Invalid value: {value}: must be less than or equal to {}", number(limit))
+            format!(
+                "Invalid value: {value}: must be less than or equal to {}",
+                number(limit)
+            )
         }
         K::Minimum { limit } => {
-            format!("Invalid value: {value}: must be greater than or equal to {}", number(limit))
+            format!(
+                "Invalid value: {value}: must be greater than or equal to {}",
+                number(limit)
+            )
         }
         K::MaxItems { limit } => format!("Too many: must have at most {limit} items"),
         K::MinItems { limit } => format!("Required value: must have at least {limit} items"),
         K::MaxLength { limit } => format!("Too long: may not be longer than {limit}"),
-        K::MinLength { limit } => format!("Invalid value: {value}: must be at least {limit} characters"),
+        K::MinLength { limit } => {
+            format!("Invalid value: {value}: must be at least {limit} characters")
+        }
         K::Pattern { pattern } => format!("Invalid value: {value}: should match '{pattern}'"),
         _ => e.to_string(),
     };
@@ -270,7 +323,10 @@ fn to_json_schema(schema: &Value) -> Value {
                 let v = match k.as_str() {
                     "properties" | "definitions" | "patternProperties" => match v {
                         Value::Object(props) => Value::Object(
-                            props.iter().map(|(pk, pv)| (pk.clone(), to_json_schema(pv))).collect(),
+                            props
+                                .iter()
+                                .map(|(pk, pv)| (pk.clone(), to_json_schema(pv)))
+                                .collect(),
                         ),
                         other => other.clone(),
                     },
@@ -318,7 +374,11 @@ fn unknown_fields(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fi
         Value::Object(map) => {
             if let Some(Value::Object(props)) = schema.get("properties") {
                 for (k, v) in map {
-                    let child = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    let child = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
                     match props.get(k) {
                         // metadata is validated by the API server's ObjectMeta rules.
                         Some(_) if path.is_empty() && k == "metadata" => {}
@@ -353,9 +413,15 @@ mod tests {
 
     #[test]
     fn json_pointers_become_dotted_paths() {
-        assert_eq!(pointer_to_path("/spec/checks/1/type"), "spec.checks[1].type");
+        assert_eq!(
+            pointer_to_path("/spec/checks/1/type"),
+            "spec.checks[1].type"
+        );
         assert_eq!(pointer_to_path(""), "");
-        assert_eq!(pointer_to_path("/metadata/labels/a~1b"), "metadata.labels.a/b");
+        assert_eq!(
+            pointer_to_path("/metadata/labels/a~1b"),
+            "metadata.labels.a/b"
+        );
     }
 
     #[test]
@@ -364,7 +430,10 @@ mod tests {
             "a": {"type": "integer", "nullable": true},
             "b": {"type": "string", "enum": ["x"], "nullable": true}}});
         let j = to_json_schema(&s);
-        assert_eq!(j["properties"]["a"]["type"], serde_json::json!(["integer", "null"]));
+        assert_eq!(
+            j["properties"]["a"]["type"],
+            serde_json::json!(["integer", "null"])
+        );
         assert_eq!(j["properties"]["b"]["enum"], serde_json::json!(["x", null]));
     }
 }

@@ -72,11 +72,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {
                 let client = gryvia_client::connect().await?;
-                let names = gryvia_client::crds::install(
-                    &client,
-                    std::time::Duration::from_secs(timeout),
-                )
-                .await?;
+                let names =
+                    gryvia_client::crds::install(&client, std::time::Duration::from_secs(timeout))
+                        .await?;
                 println!("{} CRDs installed and Established", names.len());
                 anyhow::Ok(())
             })
@@ -89,7 +87,9 @@ fn print_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("write standard output"),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("write standard output")
+        }
         _ => Ok(()),
     }
 }
