@@ -79,6 +79,17 @@ pid_alive() {
   [[ "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" != Z ]]
 }
 
+# take_lock: one testenv/up or testenv/down at a time per state dir (lock file next to it, fd 8).
+take_lock() {
+  mkdir -p "$(dirname "$STATE_DIR")"
+  exec 8>"$STATE_DIR.lock"
+  if ! flock -n 8; then
+    log "waiting for another testenv/up or testenv/down ($STATE_DIR.lock)"
+    flock -w "${GRYVIA_TESTENV_LOCK_TIMEOUT:-900}" 8 \
+      || die "timed out waiting for $STATE_DIR.lock (held by another testenv/up or testenv/down)"
+  fi
+}
+
 kubectl_bin() {
   if [[ -x "$BIN_DIR/kubectl" ]]; then printf '%s' "$BIN_DIR/kubectl"
   elif command -v kubectl >/dev/null 2>&1; then command -v kubectl

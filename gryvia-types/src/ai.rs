@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, VolumeMount};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -93,11 +93,12 @@ pub struct GryviaAIJobSpec {
     /// Volumes the workers can mount.
     #[serde(default)]
     #[schemars(length(max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub volumes: Vec<JobVolume>,
     /// Where the volumes are mounted in every worker.
     #[serde(default)]
     #[schemars(length(max = 32))]
-    pub volume_mounts: Vec<VolumeMount>,
+    pub volume_mounts: Vec<JobVolumeMount>,
     /// A PersistentVolumeClaim created for the job and mounted at `/data`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<JobStorage>,
@@ -168,7 +169,10 @@ pub enum JobType {
 #[serde(rename_all = "camelCase")]
 pub struct JobVolume {
     /// Volume name, referenced by `volumeMounts[].name`.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+        length(max = 63)
+    )]
     pub name: String,
     /// An existing PersistentVolumeClaim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +189,25 @@ pub struct JobVolume {
     /// A directory of the node (admins only; usually forbidden by pod security).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<HostPathSource>,
+}
+
+/// Where a volume is mounted in every worker.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobVolumeMount {
+    /// Name of the volume in `spec.volumes`.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Absolute path in the container.
+    #[schemars(regex(pattern = r"^/"), length(max = 1024))]
+    pub mount_path: String,
+    /// Path inside the volume to mount instead of its root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub sub_path: Option<String>,
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// A PersistentVolumeClaim volume.
@@ -355,7 +378,6 @@ pub enum JobPhase {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaTemplateSpec {
     /// What the template is for.
@@ -368,6 +390,7 @@ pub struct GryviaTemplateSpec {
     /// Typed parameters that fill the placeholders.
     #[serde(default)]
     #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<TemplateParameter>,
 }
 
@@ -447,7 +470,7 @@ pub struct TemplateDefaults {
     pub volumes: Option<Vec<JobVolume>>,
     /// See GryviaAIJob `spec.volumeMounts`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_mounts: Option<Vec<VolumeMount>>,
+    pub volume_mounts: Option<Vec<JobVolumeMount>>,
     /// See GryviaAIJob `spec.storage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<JobStorage>,
@@ -487,7 +510,7 @@ pub struct LegacyResources {
 #[serde(rename_all = "camelCase")]
 pub struct TemplateParameter {
     /// Name used in placeholders: `{{ .name }}`.
-    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"))]
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"), length(max = 63))]
     pub name: String,
     /// Value type.
     #[serde(default, rename = "type")]

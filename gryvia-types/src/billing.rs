@@ -35,7 +35,6 @@ use crate::money::Decimal;
     )
 )]
 #[x_kube(validation = Rule::new("has(self.limits.costUSD) || has(self.limits.gpuHours)").message("spec.limits must set costUSD or gpuHours"))]
-#[x_kube(validation = Rule::new("self.alerts.all(a, self.alerts.exists_one(b, b.threshold == a.threshold))").message("spec.alerts: each threshold may appear once"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaBudgetSpec {
     /// Whose spend is counted.
@@ -47,6 +46,7 @@ pub struct GryviaBudgetSpec {
     /// Thresholds, in percent of the limit, and what happens when spend crosses them.
     #[serde(default)]
     #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["threshold"]))]
     pub alerts: Vec<BudgetAlert>,
     /// Blocking of new jobs (acted on by the ai-operator's opt-in admission gate).
     #[serde(default)]

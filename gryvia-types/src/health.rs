@@ -296,7 +296,6 @@ pub enum Verdict {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.checks.all(c, self.checks.exists_one(d, d.name == c.name))").message("spec.checks: check names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaHealthCheckSpec {
     /// Which nodes the checks cover.
@@ -308,6 +307,7 @@ pub struct GryviaHealthCheckSpec {
     pub schedule: String,
     /// The checks to evaluate on every GPU of every targeted node.
     #[schemars(length(min = 1, max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub checks: Vec<HealthCheckItem>,
     /// Observations older than this many seconds count as missing (verdict Unknown).
     #[serde(default = "default_stale_after")]
@@ -372,7 +372,10 @@ pub enum TargetType {
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckItem {
     /// Name of the check, unique in the health check.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"),
+        length(max = 63)
+    )]
     pub name: String,
     /// What is measured.
     #[serde(rename = "type")]

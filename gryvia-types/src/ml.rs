@@ -40,7 +40,6 @@ use crate::ai::{GryviaAIJobSpec, JobPhase, TemplateRef};
     )
 )]
 #[x_kube(validation = Rule::new("self.parallelTrials <= self.maxTrials").message("spec.parallelTrials must not exceed spec.maxTrials"))]
-#[x_kube(validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("spec.parameters: parameter names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaAutoTunerSpec {
     /// What is optimised.
@@ -49,6 +48,7 @@ pub struct GryviaAutoTunerSpec {
     pub algorithm: TunerAlgorithm,
     /// The search space.
     #[schemars(length(min = 1, max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<SearchParameter>,
     /// Trials in total.
     #[schemars(range(min = 1, max = 10000))]
@@ -113,7 +113,7 @@ pub enum TunerAlgorithm {
 #[serde(rename_all = "camelCase")]
 pub struct SearchParameter {
     /// Name used in placeholders.
-    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"))]
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"), length(max = 63))]
     pub name: String,
     /// Value type.
     #[serde(rename = "type")]
@@ -228,12 +228,12 @@ pub struct Trial {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.steps.all(s, self.steps.exists_one(t, t.name == s.name))").message("spec.steps: step names must be unique"))]
-#[x_kube(validation = Rule::new("self.steps.all(s, s.dependsOn.all(d, d != s.name && self.steps.exists(t, t.name == d)))").message("spec.steps: dependsOn must name other steps of this workflow"))]
+#[x_kube(validation = Rule::new("self.steps.all(s, s.dependsOn.all(d, self.steps.exists(t, t.name == d)))").message("spec.steps: dependsOn must name steps of this workflow"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaWorkflowSpec {
     /// The steps.
-    #[schemars(length(min = 1, max = 100))]
+    #[schemars(length(min = 1, max = 50))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub steps: Vec<WorkflowStep>,
     /// What happens to the other steps when one fails.
     #[serde(default)]
@@ -250,11 +250,15 @@ pub struct GryviaWorkflowSpec {
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowStep {
     /// Step name.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$"))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$"),
+        length(max = 52)
+    )]
     pub name: String,
     /// Steps that must succeed first.
     #[serde(default)]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 8), inner(length(max = 52)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub depends_on: Vec<String>,
     /// The job, inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,7 +342,6 @@ pub struct StepStatus {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.versions.all(v, self.versions.exists_one(w, w.version == v.version))").message("spec.versions: each version may appear once"))]
 #[x_kube(validation = Rule::new("self.versions.filter(v, v.stage == 'production').size() <= 1").message("spec.versions: at most one version may be in stage production"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaModelRegistrySpec {
@@ -348,6 +351,7 @@ pub struct GryviaModelRegistrySpec {
     /// Versions.
     #[serde(default)]
     #[schemars(length(max = 500))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"]))]
     pub versions: Vec<ModelVersion>,
     /// Serve the production version automatically.
     #[serde(default, skip_serializing_if = "Option::is_none")]

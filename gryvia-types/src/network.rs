@@ -740,7 +740,6 @@ pub struct MetricBaseline {
         json_path = ".status.nodesReporting"
     )
 )]
-#[x_kube(validation = Rule::new("self.programs.all(p, self.programs.exists_one(q, q == p))").message("spec.programs: each program may appear once"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaCollectorConfigSpec {
     /// Nodes the settings apply to (all when empty).
@@ -748,6 +747,7 @@ pub struct GryviaCollectorConfigSpec {
     pub node_selector: BTreeMap<String, String>,
     /// Programs to load.
     #[schemars(length(min = 1, max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub programs: Vec<CollectorProgram>,
     /// Fabric-facing interfaces counted by the interface program.
     #[serde(default)]

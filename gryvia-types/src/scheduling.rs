@@ -120,7 +120,6 @@ pub struct GryviaPriorityStatus {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.resources.all(r, self.resources.exists_one(s, s.gpuType == r.gpuType))").message("spec.resources: each gpuType may appear once"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaQueueSpec {
     /// Namespaces whose jobs enter this queue.
@@ -131,6 +130,7 @@ pub struct GryviaQueueSpec {
     pub cohort: Option<String>,
     /// GPU quota per GPU type.
     #[schemars(length(min = 1, max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["gpuType"]))]
     pub resources: Vec<QueueResource>,
     /// Order of admission.
     #[serde(default)]

@@ -43,7 +43,6 @@ use crate::money::Decimal;
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.members.all(m, self.members.exists_one(n, n.username == m.username))").message("spec.members: each username may appear once"))]
 #[x_kube(validation = Rule::new("!has(self.parentTenant) || self.parentTenant != ''").message("spec.parentTenant must not be empty when set"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaTenantSpec {
@@ -53,6 +52,7 @@ pub struct GryviaTenantSpec {
     /// People of the tenant and their roles.
     #[serde(default)]
     #[schemars(length(max = 1000))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["username"]))]
     pub members: Vec<TenantMember>,
     /// Resource limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -171,7 +171,7 @@ impl Validator {
         for e in compiled.schema.iter_errors(object) {
             errors.push(field_error(&e));
         }
-        unknown_fields(&compiled.openapi, object, "", &mut errors);
+        structural_checks(&compiled.openapi, object, "", &mut errors);
         // CEL rules only make sense on a structurally valid object.
         if errors.is_empty()
             && let Err(cel_errors) = kube_cel::validate_compiled(&compiled.cel, object, old)
@@ -365,8 +365,9 @@ fn to_json_schema(schema: &Value) -> Value {
 /// Fields every object has that CRD schemas leave implicit.
 const ROOT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
-/// Reports fields the schema does not declare (where it does not allow unknown fields).
-fn unknown_fields(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+/// Reports fields the schema does not declare (where it does not allow unknown fields) and
+/// duplicates in lists declared `x-kubernetes-list-type: map` or `set`, as the API server does.
+fn structural_checks(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
     if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
         return;
     }
@@ -382,7 +383,7 @@ fn unknown_fields(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fi
                     match props.get(k) {
                         // metadata is validated by the API server's ObjectMeta rules.
                         Some(_) if path.is_empty() && k == "metadata" => {}
-                        Some(s) => unknown_fields(s, v, &child, errors),
+                        Some(s) => structural_checks(s, v, &child, errors),
                         None if path.is_empty() && ROOT_FIELDS.contains(&k.as_str()) => {}
                         None => errors.push(FieldError {
                             path: child,
@@ -392,18 +393,49 @@ fn unknown_fields(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Fi
                 }
             } else if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
                 for (k, v) in map {
-                    unknown_fields(add, v, &format!("{path}.{k}"), errors);
+                    structural_checks(add, v, &format!("{path}.{k}"), errors);
                 }
             }
         }
         Value::Array(items) => {
+            list_duplicates(schema, items, path, errors);
             if let Some(item_schema) = schema.get("items") {
                 for (i, v) in items.iter().enumerate() {
-                    unknown_fields(item_schema, v, &format!("{path}[{i}]"), errors);
+                    structural_checks(item_schema, v, &format!("{path}[{i}]"), errors);
                 }
             }
         }
         _ => {}
+    }
+}
+
+/// Duplicate entries of a `map` list (same key fields) or a `set` list (same value).
+fn list_duplicates(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+    let identity = |item: &Value| -> Option<Value> {
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => Some(item.clone()),
+            Some("map") => {
+                let keys = schema.get("x-kubernetes-list-map-keys")?.as_array()?;
+                let mut id = serde_json::Map::new();
+                for k in keys.iter().filter_map(Value::as_str) {
+                    id.insert(k.to_owned(), item.get(k).cloned().unwrap_or(Value::Null));
+                }
+                Some(Value::Object(id))
+            }
+            _ => None,
+        }
+    };
+    let mut seen: Vec<Value> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(id) = identity(item) else { return };
+        if seen.contains(&id) {
+            errors.push(FieldError {
+                path: format!("{path}[{i}]"),
+                message: format!("Duplicate value: {id}"),
+            });
+        } else {
+            seen.push(id);
+        }
     }
 }
 

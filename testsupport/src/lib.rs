@@ -1,0 +1,266 @@
+//! Support for Gryvia's end-to-end tests against a real control plane.
+//!
+//! [`cluster`] finds the control plane of `testenv/` (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and KWOK GPU nodes built from upstream sources):
+//!
+//! 1. a running one: `GRYVIA_TESTENV_KUBECONFIG`, else `<GRYVIA_TESTENV_DIR or
+//!    /tmp/gryvia-testenv>/kubeconfig` when it answers;
+//! 2. otherwise, when `GRYVIA_E2E=1` (CI sets it), it starts one with `testenv/up`;
+//! 3. otherwise the test is skipped with a printed reason (a laptop without Go builds).
+//!
+//! With `GRYVIA_E2E=1` a missing or broken control plane fails the test: e2e tests never pass
+//! silently in CI. Every test gets its own client (clients are bound to the test's runtime)
+//! and, through [`TestNamespace`], a fresh namespace that is deleted when the test ends, also
+//! when it panics.
+//!
+//! This crate is a dev-dependency only; it is not part of the product.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// What [`cluster`] found.
+#[derive(Clone, Debug)]
+pub enum Cluster {
+    /// A control plane to test against.
+    Ready {
+        /// Its admin kubeconfig.
+        kubeconfig: PathBuf,
+    },
+    /// No control plane, and the environment does not ask for one: skip, with this reason.
+    Skip(String),
+}
+
+static CLUSTER: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+
+/// True when the environment demands e2e tests (`GRYVIA_E2E=1`).
+pub fn required() -> bool {
+    std::env::var("GRYVIA_E2E").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// The repository root (where `testenv/` lives).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn state_kubeconfig() -> PathBuf {
+    if let Ok(p) = std::env::var("GRYVIA_TESTENV_KUBECONFIG") {
+        return PathBuf::from(p);
+    }
+    let dir = std::env::var("GRYVIA_TESTENV_DIR").unwrap_or_else(|_| "/tmp/gryvia-testenv".into());
+    Path::new(&dir).join("kubeconfig")
+}
+
+fn start_testenv() -> std::result::Result<PathBuf, String> {
+    let up = repo_root().join("testenv/up");
+    let out = Command::new("bash")
+        .arg(&up)
+        .output()
+        .map_err(|e| format!("run {}: {e}", up.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "testenv/up failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+        .map(|p| PathBuf::from(p.trim()))
+        .ok_or_else(|| format!("testenv/up printed no export line: {stdout}"))
+}
+
+/// Finds (or, in CI, starts) the control plane. Blocking; call it once at the start of a test.
+///
+/// # Panics
+/// When `GRYVIA_E2E=1` and no control plane can be had.
+pub fn cluster() -> Cluster {
+    let found = CLUSTER.get_or_init(|| {
+        let path = state_kubeconfig();
+        if path.exists() && answers(&path) {
+            return Ok(path);
+        }
+        if required() {
+            return start_testenv();
+        }
+        Err(format!(
+            "no control plane at {} and GRYVIA_E2E is not 1 (run `testenv/up` or `./scripts/test`)",
+            path.display()
+        ))
+    });
+    match found {
+        Ok(path) => Cluster::Ready {
+            kubeconfig: path.clone(),
+        },
+        Err(reason) if required() => panic!("e2e tests are required (GRYVIA_E2E=1) but: {reason}"),
+        Err(reason) => Cluster::Skip(reason.clone()),
+    }
+}
+
+/// Whether the API server behind `kubeconfig` answers `/readyz`, checked with a short-lived
+/// runtime of its own.
+fn answers(kubeconfig: &Path) -> bool {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return false;
+    };
+    rt.block_on(async {
+        let Ok(client) = client_for(kubeconfig).await else {
+            return false;
+        };
+        let req = http_get("/readyz");
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await,
+            Ok(Ok(body)) if body.trim() == "ok"
+        )
+    })
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    let mut req = http::Request::new(Vec::new());
+    *req.uri_mut() = http::Uri::from_maybe_shared(path.to_owned()).unwrap_or_default();
+    req
+}
+
+/// A client for the cluster behind `kubeconfig`.
+///
+/// # Errors
+/// When the file cannot be read or names no usable cluster.
+pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("read kubeconfig {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .context("load kubeconfig")?;
+    kube::Client::try_from(config).context("build client")
+}
+
+/// Returns a client for the test's control plane, or `None` after printing why the test is
+/// skipped. Use as `let Some(client) = gryvia_testsupport::client().await else { return };`.
+///
+/// # Panics
+/// When `GRYVIA_E2E=1` and no control plane can be had.
+pub async fn client() -> Option<kube::Client> {
+    let cluster = tokio::task::spawn_blocking(cluster)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    match cluster {
+        Cluster::Ready { kubeconfig } => match client_for(&kubeconfig).await {
+            Ok(c) => Some(c),
+            Err(e) => panic!(
+                "control plane at {} is unusable: {e:#}",
+                kubeconfig.display()
+            ),
+        },
+        Cluster::Skip(reason) => {
+            eprintln!("skipping e2e test: {reason}");
+            None
+        }
+    }
+}
+
+/// A namespace that lives as long as the test: created fresh, deleted on drop (also when the
+/// test panics).
+#[derive(Debug)]
+pub struct TestNamespace {
+    /// The namespace's name.
+    pub name: String,
+    kubeconfig: PathBuf,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<random>`.
+    ///
+    /// # Errors
+    /// When the namespace cannot be created.
+    pub async fn create(client: &kube::Client, prefix: &str) -> Result<Self> {
+        let Cluster::Ready { kubeconfig } = cluster() else {
+            bail!("no control plane")
+        };
+        let suffix: u32 = rand_suffix();
+        let name = format!("e2e-{prefix}-{suffix:08x}");
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"gryvia.io/e2e": "true"}}
+        }))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("create namespace {name}"))?;
+        Ok(TestNamespace { name, kubeconfig })
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish() as u32
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let kubeconfig = self.kubeconfig.clone();
+        // Drop cannot await, and the test's runtime may be gone: delete from a thread with a
+        // runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(client) = client_for(&kubeconfig).await {
+                    let _ = Api::<Namespace>::all(client)
+                        .delete(&name, &DeleteParams::background())
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or fails after `timeout` with `what`.
+///
+/// # Errors
+/// When the timeout passes first.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
