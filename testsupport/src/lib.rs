@@ -135,7 +135,7 @@ fn answers(kubeconfig: &Path) -> bool {
 
 fn http_get(path: &str) -> http::Request<Vec<u8>> {
     let mut req = http::Request::new(Vec::new());
-    *req.uri_mut() = http::Uri::from_maybe_shared(path.to_owned()).unwrap_or_default();
+    *req.uri_mut() = http::Uri::from_maybe_shared(path.to_owned().into_bytes()).unwrap_or_default();
     req
 }
 
