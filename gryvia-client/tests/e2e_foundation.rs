@@ -3,11 +3,7 @@
 //! Skipped with a printed reason when no control plane is available and `GRYVIA_E2E` is not
 //! set; required (failing when the control plane is missing) under `GRYVIA_E2E=1`.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "tests panic on failure"
-)]
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
 use std::path::Path;
 use std::time::Duration;
