@@ -18,6 +18,7 @@
 //! Python SDK, a `--dry-run` and a what-if simulation.
 
 pub mod plan;
+pub mod tenancy;
 
 pub use plan::{
     Child, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan, Taint, TaintEffect,
@@ -77,4 +78,22 @@ pub trait Reconcile {
         world: &Self::World,
         now: Timestamp,
     ) -> Plan<Self::Status>;
+
+    /// The finalizer this controller puts on its objects, when their deletion needs a
+    /// decision ([`Reconcile::cleanup`]). `None` (the default): no finalizer.
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Decides what to do when the object is being deleted (only called with a finalizer).
+    /// The executor removes the finalizer after applying this Plan. The default does nothing.
+    fn cleanup(
+        &self,
+        object: &Self::Object,
+        world: &Self::World,
+        now: Timestamp,
+    ) -> Plan<Self::Status> {
+        let _ = (object, world, now);
+        Plan::new()
+    }
 }

@@ -63,9 +63,45 @@ pub struct Child {
     /// The full desired object (`apiVersion`, `kind`, `metadata`, ...), only the fields the
     /// controller owns.
     pub object: Value,
+    /// Whether the executor sets an owner reference to the reconciled object, so the child is
+    /// garbage-collected with it. False for children that must outlive their owner (a tenant's
+    /// namespace, which the deletion policy decides about).
+    #[serde(default = "yes")]
+    pub owned: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Child {
+    /// Builds a child from a JSON object that has `apiVersion`, `kind` and `metadata.name`
+    /// (and `metadata.namespace` when namespaced).
+    ///
+    /// # Errors
+    /// [`Error::Unnamed`] when `metadata.name` is missing.
+    pub fn from_json(object: Value) -> Result<Self> {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let kind = text("/kind").unwrap_or_default();
+        let name = text("/metadata/name").ok_or_else(|| Error::Unnamed(kind.clone()))?;
+        Ok(Child {
+            object_ref: ObjectRef {
+                api_version: text("/apiVersion").unwrap_or_default(),
+                kind,
+                namespace: text("/metadata/namespace"),
+                name,
+            },
+            object,
+            owned: true,
+        })
+    }
+
+    /// Marks the child as not owned by the reconciled object (see [`Child::owned`]).
+    pub fn unowned(mut self) -> Self {
+        self.owned = false;
+        self
+    }
+
     /// Builds a child from a typed Kubernetes object.
     ///
     /// # Errors
@@ -102,6 +138,7 @@ impl Child {
                 name,
             },
             object,
+            owned: true,
         })
     }
 }
