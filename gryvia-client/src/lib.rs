@@ -5,7 +5,12 @@
 //! machinery later controllers build on. Policy does not live here: it is in the pure
 //! `gryvia-reconcile` crate; this crate observes the world and applies Plans.
 
+pub mod apply;
 pub mod crds;
+pub mod metrics;
+pub mod runtime;
+pub mod tenancy;
+pub mod webhook;
 
 use std::time::Duration;
 
@@ -32,6 +37,29 @@ pub enum Error {
         /// How long was waited.
         after: Duration,
     },
+    /// The finalizer helper failed (adding or removing the finalizer, or the reconcile in it).
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Leader election failed.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+    /// The metrics / health server could not serve.
+    #[error("serve on {addr}: {source}")]
+    Serve {
+        /// Listen address.
+        addr: String,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A webhook delivery failed.
+    #[error("deliver webhook to {url}: {reason}")]
+    Webhook {
+        /// Receiver URL.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// An object could not be (de)serialized.
     #[error("serialize {what}: {source}")]
     Serialize {
@@ -51,6 +79,10 @@ impl Error {
             Error::Api { .. } => "api",
             Error::Timeout { .. } => "timeout",
             Error::Serialize { .. } => "serialize",
+            Error::Finalizer(_) => "finalizer",
+            Error::LeaderElection(_) => "leader_election",
+            Error::Serve { .. } => "serve",
+            Error::Webhook { .. } => "webhook",
         }
     }
 
@@ -60,12 +92,53 @@ impl Error {
             Error::Config(_) => Duration::from_secs(60),
             Error::Api { .. } | Error::Timeout { .. } => Duration::from_secs(5),
             Error::Serialize { .. } => Duration::from_secs(300),
+            Error::Finalizer(_) | Error::Webhook { .. } => Duration::from_secs(10),
+            Error::LeaderElection(_) | Error::Serve { .. } => Duration::from_secs(30),
         }
     }
 }
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Builds the right [`kube::Api`] for a resource whatever its scope, so generic code can
+/// address a namespaced object in its namespace and a cluster-scoped one globally.
+pub trait ScopeApi {
+    /// The Api for objects of `K` in `namespace` (ignored for cluster-scoped kinds).
+    fn api<K>(client: kube::Client, namespace: Option<&str>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = Self, DynamicType = ()>;
+}
+
+impl ScopeApi for k8s_openapi::NamespaceResourceScope {
+    fn api<K>(client: kube::Client, namespace: Option<&str>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = Self, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => kube::Api::namespaced(client, ns),
+            None => kube::Api::all(client),
+        }
+    }
+}
+
+impl ScopeApi for k8s_openapi::ClusterResourceScope {
+    fn api<K>(client: kube::Client, _namespace: Option<&str>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = Self, DynamicType = ()>,
+    {
+        kube::Api::all(client)
+    }
+}
+
+/// The Api addressing `obj` (its namespace when namespaced).
+pub fn api_for<K>(client: kube::Client, obj: &K) -> kube::Api<K>
+where
+    K: kube::Resource<DynamicType = ()>,
+    K::Scope: ScopeApi,
+{
+    <K::Scope as ScopeApi>::api::<K>(client, obj.meta().namespace.as_deref())
+}
 
 /// Connects to the cluster the way kubectl does (in-cluster, `KUBECONFIG`, `~/.kube/config`).
 ///

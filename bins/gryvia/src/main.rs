@@ -9,6 +9,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod output;
+mod tenant;
+
 /// Gryvia: GPU clusters on Kubernetes.
 #[derive(Parser, Debug)]
 #[command(name = "gryvia", version, about)]
@@ -31,6 +34,20 @@ enum Command {
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
     },
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
+    /// Show a tenant's quota and usage.
+    Quota {
+        /// Tenant name.
+        name: String,
+        /// Also show the tenant's budgets.
+        #[arg(long)]
+        budget: bool,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -40,7 +57,26 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp
+                    | clap::error::ErrorKind::DisplayVersion
+                    | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            // One line, as promised for bad input; `--help` has the details.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{} (see --help)", first.trim_end());
+            return ExitCode::from(2);
+        }
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -68,6 +104,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Validate { files } => validate(&files),
+        Command::Tenant(cmd) => block_on(tenant::run(cmd)),
+        Command::Quota {
+            name,
+            budget,
+            output,
+        } => block_on(tenant::quota(&name, budget, output)),
         Command::Install { timeout } => {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {
@@ -82,8 +124,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()
+        .context("start the async runtime")?
+        .block_on(fut)
+}
+
 /// Writes to standard output; a closed pipe (`gryvia crds | head`) is not an error.
-fn print_out(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

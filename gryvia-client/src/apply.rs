@@ -1,0 +1,434 @@
+//! The act half of the reconcile contract: applying a [`Plan`] to the cluster.
+//!
+//! Children are applied with server-side apply under the controller's field manager (one per
+//! controller), with an owner reference to the reconciled object unless the Plan says
+//! otherwise; deletions ignore objects already gone; the status is applied to the status
+//! subresource (so fields the controller stopped setting are removed), and only when the Plan
+//! has one; node operations patch the Node; evictions go through the Eviction API, so
+//! PodDisruptionBudgets are honoured and a blocked eviction is reported, never forced; Events
+//! are recorded through `events.k8s.io`. Every call runs under a timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gryvia_reconcile::{Child, EventType, NodeOp, ObjectRef, Plan, Taint, TaintEffect};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, Patch,
+    PatchParams,
+};
+use kube::discovery::Scope;
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::Mutex;
+use tracing::{debug, warn};
+
+use crate::{Error, Result};
+
+/// Timeout of every API call the executor makes.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An API resource and whether it is namespaced.
+type KindInfo = (ApiResource, bool);
+
+/// What applying a Plan did that the caller may want to know.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Pods whose eviction a PodDisruptionBudget blocked (namespace/name); retried on the
+    /// next reconcile.
+    pub blocked_evictions: Vec<String>,
+}
+
+/// Applies Plans for one controller.
+#[derive(Clone)]
+pub struct Executor {
+    client: kube::Client,
+    field_manager: String,
+    recorder: Recorder,
+    kinds: Arc<Mutex<HashMap<(String, String), KindInfo>>>,
+    /// Objects a delete found already gone, and when: repeated deletes of absent children
+    /// (a Plan says "must not exist" on every reconcile) are skipped for [`GONE_TTL`].
+    gone: Arc<Mutex<HashMap<ObjectRef, std::time::Instant>>>,
+}
+
+/// How long a delete that found its object gone is remembered.
+pub const GONE_TTL: Duration = Duration::from_secs(300);
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("field_manager", &self.field_manager)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn timed<T>(
+    operation: impl Into<String>,
+    fut: impl Future<Output = kube::Result<T>>,
+) -> Result<T> {
+    let operation = operation.into();
+    match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(Error::Api { operation, source }),
+        Err(_) => Err(Error::Timeout {
+            what: operation,
+            after: CALL_TIMEOUT,
+        }),
+    }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Api { source: kube::Error::Api(s), .. } if s.code == 404)
+}
+
+impl Executor {
+    /// An executor whose field manager and event reporter are `field_manager`.
+    pub fn new(client: kube::Client, field_manager: &str) -> Self {
+        let reporter = Reporter {
+            controller: field_manager.to_owned(),
+            instance: std::env::var("POD_NAME")
+                .ok()
+                .or_else(|| std::env::var("HOSTNAME").ok()),
+        };
+        Executor {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            field_manager: field_manager.to_owned(),
+            kinds: Arc::default(),
+            gone: Arc::default(),
+        }
+    }
+
+    /// The Kubernetes client.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Resolves `apiVersion` + `kind` to the API resource (cached after the first lookup).
+    async fn resource(&self, api_version: &str, kind: &str) -> Result<(ApiResource, bool)> {
+        let key = (api_version.to_owned(), kind.to_owned());
+        if let Some(found) = self.kinds.lock().await.get(&key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, caps) = timed(
+            format!("discover {api_version} {kind}"),
+            kube::discovery::pinned_kind(&self.client, &gvk),
+        )
+        .await?;
+        let found = (ar, caps.scope == Scope::Namespaced);
+        self.kinds.lock().await.insert(key, found.clone());
+        Ok(found)
+    }
+
+    async fn dynamic_api(&self, r: &ObjectRef) -> Result<Api<DynamicObject>> {
+        let (ar, namespaced) = self.resource(&r.api_version, &r.kind).await?;
+        Ok(match (&r.namespace, namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => Api::all_with(self.client.clone(), &ar),
+        })
+    }
+
+    /// Applies `plan` for `owner`.
+    ///
+    /// # Errors
+    /// The first API error; what was applied before it stays applied (Plans are idempotent,
+    /// the next reconcile finishes the rest).
+    pub async fn apply<K, S>(&self, owner: &K, plan: &Plan<S>) -> Result<Outcome>
+    where
+        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K::Scope: crate::ScopeApi,
+        S: Serialize,
+    {
+        let mut outcome = Outcome::default();
+        for child in &plan.apply {
+            self.apply_child(owner, child).await?;
+        }
+        for r in &plan.delete {
+            if self
+                .gone
+                .lock()
+                .await
+                .get(r)
+                .is_some_and(|t| t.elapsed() < GONE_TTL)
+            {
+                continue;
+            }
+            let api = self.dynamic_api(r).await?;
+            match timed(
+                format!("delete {r}"),
+                api.delete(&r.name, &DeleteParams::background()),
+            )
+            .await
+            {
+                Ok(_) => debug!(object = %r, "deleted"),
+                Err(e) if is_not_found(&e) => {
+                    self.gone
+                        .lock()
+                        .await
+                        .insert(r.clone(), std::time::Instant::now());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for op in &plan.node_ops {
+            self.node_op(op).await?;
+        }
+        for ev in &plan.evictions {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
+            let what = format!("evict pod {}/{}", ev.namespace, ev.pod);
+            match timed(what.clone(), pods.evict(&ev.pod, &EvictParams::default())).await {
+                Ok(_) => {}
+                Err(Error::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 429 => {
+                    warn!(pod = %ev.pod, namespace = %ev.namespace, "eviction blocked by a PodDisruptionBudget");
+                    outcome
+                        .blocked_evictions
+                        .push(format!("{}/{}", ev.namespace, ev.pod));
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let reference = owner.object_ref(&());
+        for ev in &plan.events {
+            let reference = match &ev.regarding {
+                Some(r) => ObjectReference {
+                    api_version: Some(r.api_version.clone()),
+                    kind: Some(r.kind.clone()),
+                    namespace: r.namespace.clone(),
+                    name: Some(r.name.clone()),
+                    ..Default::default()
+                },
+                None => reference.clone(),
+            };
+            let event = Event {
+                type_: match ev.type_ {
+                    EventType::Normal => KubeEventType::Normal,
+                    EventType::Warning => KubeEventType::Warning,
+                },
+                reason: ev.reason.clone(),
+                note: Some(ev.message.chars().take(1024).collect()),
+                action: ev.reason.clone(),
+                secondary: None,
+            };
+            timed(
+                format!("record event {}", ev.reason),
+                self.recorder.publish(&event, &reference),
+            )
+            .await?;
+        }
+        if let Some(status) = &plan.status {
+            self.apply_status(owner, status).await?;
+        }
+        if !plan.notifications.is_empty() {
+            crate::webhook::deliver_all(&self.client, &plan.notifications).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn apply_child<K>(&self, owner: &K, child: &Child) -> Result<()>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.gone.lock().await.remove(&child.object_ref);
+        let api = self.dynamic_api(&child.object_ref).await?;
+        let mut object = child.object.clone();
+        if child.owned
+            && let Some(owner_ref) = owner.controller_owner_ref(&())
+        {
+            object["metadata"]["ownerReferences"] = json!([owner_ref]);
+        }
+        let params = PatchParams::apply(&self.field_manager).force();
+        timed(
+            format!("apply {}", child.object_ref),
+            api.patch(&child.object_ref.name, &params, &Patch::Apply(&object)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn apply_status<K, S>(&self, owner: &K, status: &S) -> Result<()>
+    where
+        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K::Scope: crate::ScopeApi,
+        S: Serialize,
+    {
+        let api: Api<K> = crate::api_for(self.client.clone(), owner);
+        let body = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        let params = PatchParams::apply(&self.field_manager).force();
+        let name = owner.name_any();
+        timed(
+            format!("apply status of {} {name}", K::kind(&())),
+            api.patch_status(&name, &params, &Patch::Apply(&body)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn node_op(&self, op: &NodeOp) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let name = op.node();
+        match op {
+            NodeOp::Cordon { .. } | NodeOp::Uncordon { .. } => {
+                let unschedulable = matches!(op, NodeOp::Cordon { .. });
+                let patch = json!({ "spec": { "unschedulable": unschedulable } });
+                timed(
+                    format!("cordon={unschedulable} node {name}"),
+                    nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await?;
+            }
+            NodeOp::Label { key, value, .. } => {
+                let patch = json!({ "metadata": { "labels": { key: value } } });
+                timed(
+                    format!("label node {name}"),
+                    nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await?;
+            }
+            NodeOp::RemoveLabel { key, .. } => {
+                let patch = json!({ "metadata": { "labels": { key: null } } });
+                timed(
+                    format!("unlabel node {name}"),
+                    nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await?;
+            }
+            NodeOp::Taint { taint, .. } => {
+                self.update_taints(name, |taints| set_taint(taints, taint))
+                    .await?
+            }
+            NodeOp::RemoveTaint { key, effect, .. } => {
+                self.update_taints(name, |taints| remove_taint(taints, key, *effect))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write of a node's taints with an optimistic-concurrency precondition,
+    /// retried on conflict.
+    async fn update_taints(
+        &self,
+        name: &str,
+        change: impl Fn(&mut Vec<k8s_openapi::api::core::v1::Taint>) -> bool,
+    ) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for attempt in 0..5 {
+            let node = timed(format!("read node {name}"), nodes.get(name)).await?;
+            let mut taints = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            if !change(&mut taints) {
+                return Ok(());
+            }
+            let patch = json!({
+                "metadata": { "resourceVersion": node.resource_version() },
+                "spec": { "taints": taints }
+            });
+            match timed(
+                format!("taint node {name}"),
+                nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            {
+                Ok(_) => return Ok(()),
+                Err(Error::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 409 && attempt < 4 => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn effect_str(e: TaintEffect) -> &'static str {
+    match e {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    }
+}
+
+/// Adds or updates `taint`; false when it was already there unchanged.
+fn set_taint(taints: &mut Vec<k8s_openapi::api::core::v1::Taint>, taint: &Taint) -> bool {
+    let effect = effect_str(taint.effect);
+    if let Some(t) = taints
+        .iter_mut()
+        .find(|t| t.key == taint.key && t.effect == effect)
+    {
+        if t.value.as_deref().unwrap_or("") == taint.value {
+            return false;
+        }
+        t.value = Some(taint.value.clone());
+        return true;
+    }
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: taint.key.clone(),
+        value: Some(taint.value.clone()),
+        effect: effect.to_owned(),
+        time_added: None,
+    });
+    true
+}
+
+/// Removes the taint `key:effect`; false when it was not there.
+fn remove_taint(
+    taints: &mut Vec<k8s_openapi::api::core::v1::Taint>,
+    key: &str,
+    effect: TaintEffect,
+) -> bool {
+    let before = taints.len();
+    taints.retain(|t| !(t.key == key && t.effect == effect_str(effect)));
+    taints.len() != before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_are_added_once_and_removed_by_key_and_effect() {
+        let mut taints = Vec::new();
+        let t = Taint {
+            key: "gryvia.io/gpu-unhealthy".into(),
+            value: "ecc".into(),
+            effect: TaintEffect::NoSchedule,
+        };
+        assert!(set_taint(&mut taints, &t));
+        assert!(
+            !set_taint(&mut taints, &t),
+            "setting the same taint again changes nothing"
+        );
+        assert_eq!(taints.len(), 1);
+        assert!(!remove_taint(
+            &mut taints,
+            "gryvia.io/gpu-unhealthy",
+            TaintEffect::NoExecute
+        ));
+        assert!(remove_taint(
+            &mut taints,
+            "gryvia.io/gpu-unhealthy",
+            TaintEffect::NoSchedule
+        ));
+        assert!(taints.is_empty());
+    }
+}

@@ -1,0 +1,340 @@
+//! The controller runtime: drives any [`Reconcile`] implementation with kube-runtime.
+//!
+//! For every change of a watched object (and of the objects mapped to it), the runtime
+//! observes the world with an [`Observe`] implementation, calls the pure
+//! [`Reconcile::reconcile`] (or [`Reconcile::cleanup`] when the object is being deleted and
+//! the reconciler has a finalizer, through kube's `finalizer()` helper), applies the Plan with
+//! the [`Executor`], and requeues after the Plan's delay. Errors back off exponentially per
+//! object. Metrics count every reconcile, its duration and its errors.
+//!
+//! [`run_leader_elected`] runs a set of controllers only while this replica holds a Lease, so
+//! two replicas are safe: the standby takes over when the leader stops renewing.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use gryvia_reconcile::Reconcile;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{info, instrument, warn};
+
+use crate::apply::Executor;
+use crate::metrics::{ControllerLabels, ErrorLabels, Health, Metrics};
+use crate::{Error, Result};
+
+/// The observe half: reads what the reconcile needs into a plain world.
+#[async_trait::async_trait]
+pub trait Observe: Send + Sync + 'static {
+    /// The reconciled resource.
+    type Object: Send + Sync;
+    /// What the reconcile needs to know.
+    type World: Send;
+
+    /// Reads the world of `object`.
+    ///
+    /// # Errors
+    /// When a read fails (retried with backoff).
+    async fn observe(&self, object: &Self::Object) -> Result<Self::World>;
+}
+
+/// Longest wait between retries of a failing object.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Exponential backoff per object: 1 s, 2 s, 4 s ... up to [`MAX_BACKOFF`].
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// Records a failure of `key` and returns how long to wait.
+    pub fn fail(&self, key: &str) -> Duration {
+        let mut map = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        let secs = 1u64
+            .checked_shl(n.saturating_sub(1).min(20))
+            .unwrap_or(u64::MAX);
+        Duration::from_secs(secs).min(MAX_BACKOFF)
+    }
+
+    /// Forgets the failures of `key` after a success.
+    pub fn succeed(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// What a controller shares between reconciles.
+pub struct Context<R, O> {
+    /// The pure policy.
+    pub reconciler: R,
+    /// The observe half.
+    pub observer: O,
+    /// Applies Plans.
+    pub executor: Executor,
+    /// Metrics.
+    pub metrics: Metrics,
+    backoff: Backoff,
+}
+
+impl<R, O> Context<R, O> {
+    /// A context for a controller named after the reconciler's field manager.
+    pub fn new(reconciler: R, observer: O, executor: Executor, metrics: Metrics) -> Self {
+        Context {
+            reconciler,
+            observer,
+            executor,
+            metrics,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+fn key_of<K: Resource>(obj: &K) -> String {
+    format!(
+        "{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or(""),
+        obj.meta().name.as_deref().unwrap_or("")
+    )
+}
+
+/// Reconciles one object: observe, decide, act.
+#[instrument(skip_all, fields(object = %key_of(obj.as_ref())))]
+async fn reconcile_one<K, S, R, O>(obj: Arc<K>, ctx: Arc<Context<R, O>>) -> Result<Action>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: crate::ScopeApi,
+    S: Serialize + Send + Sync,
+    R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
+    O: Observe<Object = K, World = R::World>,
+{
+    let labels = ControllerLabels {
+        controller: ctx.reconciler.name().to_owned(),
+    };
+    ctx.metrics.reconciles.get_or_create(&labels).inc();
+    let started = Instant::now();
+    let api: Api<K> = crate::api_for(ctx.executor.client().clone(), obj.as_ref());
+    let result = match ctx.reconciler.finalizer() {
+        Some(name) => finalizer(&api, name, obj.clone(), |event| async {
+            match event {
+                FinalizerEvent::Apply(o) => act(&ctx, &o, false).await,
+                FinalizerEvent::Cleanup(o) => act(&ctx, &o, true).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e))),
+        None => act(&ctx, &obj, false).await,
+    };
+    ctx.metrics
+        .duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.backoff.succeed(&key_of(obj.as_ref()));
+    }
+    result
+}
+
+async fn act<K, S, R, O>(ctx: &Context<R, O>, obj: &K, cleanup: bool) -> Result<Action>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: crate::ScopeApi,
+    S: Serialize + Send + Sync,
+    R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
+    O: Observe<Object = K, World = R::World>,
+{
+    let world = ctx.observer.observe(obj).await?;
+    let now = jiff::Timestamp::now();
+    let plan = if cleanup {
+        ctx.reconciler.cleanup(obj, &world, now)
+    } else {
+        ctx.reconciler.reconcile(obj, &world, now)
+    };
+    // Children are re-applied on every reconcile (server-side apply makes that a no-op on
+    // the server); only changes worth a line are logged at info.
+    if plan.status.is_some()
+        || !plan.events.is_empty()
+        || !plan.node_ops.is_empty()
+        || !plan.evictions.is_empty()
+    {
+        info!(actions = ?plan.summary(), cleanup, "applying plan");
+    } else {
+        tracing::debug!(actions = ?plan.summary(), cleanup, "applying plan");
+    }
+    ctx.executor.apply(obj, &plan).await?;
+    Ok(match plan.requeue_after() {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy<K, R, O>(obj: Arc<K>, err: &Error, ctx: Arc<Context<R, O>>) -> Action
+where
+    K: Resource,
+    R: Reconcile,
+{
+    let labels = ErrorLabels {
+        controller: ctx.reconciler.name().to_owned(),
+        error: err.metric_label().to_owned(),
+    };
+    ctx.metrics.errors.get_or_create(&labels).inc();
+    let delay = ctx
+        .backoff
+        .fail(&key_of(obj.as_ref()))
+        .max(Duration::from_millis(500))
+        .min(err.requeue_after().max(MAX_BACKOFF));
+    warn!(object = %key_of(obj.as_ref()), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs `controller` (already configured with `owns` / `watches`) until its streams end.
+pub async fn run<K, S, R, O>(controller: Controller<K>, ctx: Arc<Context<R, O>>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    K::Scope: crate::ScopeApi,
+    K::DynamicType: Eq + Hash + Clone,
+    S: Serialize + Send + Sync + 'static,
+    R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
+    R::World: Send,
+    O: Observe<Object = K, World = R::World>,
+{
+    controller
+        .shutdown_on_signal()
+        .run(reconcile_one, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaseSettings {
+    /// Lease name (one per operator).
+    pub name: String,
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// This replica's identity.
+    pub identity: String,
+    /// Seconds a lease is valid without renewal; a standby takes over after this.
+    pub duration_seconds: u64,
+    /// Seconds before expiry at which the leader renews.
+    pub grace_seconds: u64,
+}
+
+/// A set of controllers to run while leading: called each time leadership is acquired.
+pub type Controllers = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Runs `controllers` only while this replica holds the Lease; without `lease` (leader
+/// election disabled) runs them directly. Marks `health` ready once started.
+///
+/// # Errors
+/// [`Error::LeaderElection`] when the Lease cannot be managed.
+pub async fn run_leader_elected(
+    client: kube::Client,
+    lease: Option<LeaseSettings>,
+    name: &str,
+    metrics: Metrics,
+    health: Health,
+    controllers: Controllers,
+) -> Result<()> {
+    let labels = ControllerLabels {
+        controller: name.to_owned(),
+    };
+    let Some(lease) = lease else {
+        metrics.leader.get_or_create(&labels).set(1);
+        health.set_ready(true);
+        controllers().await;
+        return Ok(());
+    };
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &lease.name)
+        .with_namespace(&lease.namespace)
+        .with_identity(&lease.identity)
+        .with_duration(lease.duration_seconds)
+        .with_grace(lease.grace_seconds)
+        .build()
+        .await
+        .map_err(|e| Error::LeaderElection(e.to_string()))?;
+    let (mut is_leader, task) = manager.watch().await;
+    health.set_ready(true);
+    info!(lease = %lease.name, identity = %lease.identity, "waiting for leadership");
+    loop {
+        while !*is_leader.borrow_and_update() {
+            if is_leader.changed().await.is_err() {
+                return lease_task_ended(task).await;
+            }
+        }
+        info!(identity = %lease.identity, "became leader; starting controllers");
+        metrics.leader.get_or_create(&labels).set(1);
+        let running = tokio::spawn(controllers());
+        while *is_leader.borrow_and_update() {
+            if is_leader.changed().await.is_err() {
+                running.abort();
+                return lease_task_ended(task).await;
+            }
+        }
+        warn!(identity = %lease.identity, "lost leadership; stopping controllers");
+        metrics.leader.get_or_create(&labels).set(0);
+        running.abort();
+    }
+}
+
+async fn lease_task_ended(
+    task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+) -> Result<()> {
+    match task.await {
+        Ok(Ok(_)) => Err(Error::LeaderElection("lease manager stopped".to_owned())),
+        Ok(Err(e)) => Err(Error::LeaderElection(e.to_string())),
+        Err(e) => Err(Error::LeaderElection(format!("lease task: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets_on_success() {
+        let b = Backoff::default();
+        let waits: Vec<u64> = (0..12).map(|_| b.fail("a").as_secs()).collect();
+        assert_eq!(&waits[..5], &[1, 2, 4, 8, 16]);
+        assert_eq!(*waits.last().unwrap(), 300);
+        b.succeed("a");
+        assert_eq!(b.fail("a").as_secs(), 1);
+        assert_eq!(b.fail("b").as_secs(), 1, "objects back off independently");
+    }
+}
