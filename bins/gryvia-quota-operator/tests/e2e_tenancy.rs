@@ -1,0 +1,373 @@
+//! End-to-end: the quota-operator binary against a real control plane (testenv/).
+//!
+//! Tests in this file run one at a time (a static lock) because each starts its own operator
+//! processes; every operator uses a Lease in the test's own namespace.
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use gryvia_testsupport::{TestNamespace, wait_for};
+use gryvia_types::GryviaTenant;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static PORT: AtomicU16 = AtomicU16::new(18180);
+
+/// A running operator process, killed (SIGKILL) when dropped.
+struct Operator {
+    child: Child,
+    identity: String,
+}
+
+impl Operator {
+    fn start(lease_namespace: &str, identity: &str) -> Self {
+        let kubeconfig = match gryvia_testsupport::cluster() {
+            gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
+            gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
+        };
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let child = Command::new(env!("CARGO_BIN_EXE_gryvia-quota-operator"))
+            .args([
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+                "--lease-namespace",
+                lease_namespace,
+            ])
+            .args([
+                "--lease-duration",
+                "4",
+                "--lease-grace",
+                "1",
+                "--identity",
+                identity,
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Operator {
+            child,
+            identity: identity.to_owned(),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % 0xffff_ffff
+    )
+}
+
+async fn create_tenant(client: &kube::Client, body: serde_json::Value) -> GryviaTenant {
+    let api: Api<GryviaTenant> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+async fn wait_ready(client: &kube::Client, name: &str) -> GryviaTenant {
+    let api: Api<GryviaTenant> = Api::all(client.clone());
+    wait_for(
+        &format!("tenant {name} Ready"),
+        Duration::from_secs(60),
+        || async {
+            let t = api.get(name).await.ok()?;
+            let ready = t
+                .status
+                .as_ref()
+                .map(|s| gryvia_types::conditions::is_true(&s.conditions, "Ready"))
+                .unwrap_or(false);
+            ready.then_some(t)
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn delete_tenant_and_namespace(client: &kube::Client, name: &str) {
+    let _ = Api::<GryviaTenant>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&format!("tenant-{name}"), &DeleteParams::background())
+        .await;
+}
+
+#[tokio::test]
+async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enforced() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _op = Operator::start(&lease_ns.name, "solo");
+    let name = unique("acme");
+    let ns = format!("tenant-{name}");
+    create_tenant(&client, json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name},
+        "spec": {"displayName": "Acme", "quotas": {"concurrentGPUs": 2}, "networkPolicy": {"isolated": true}}
+    }))
+    .await;
+    let t = wait_ready(&client, &name).await;
+    assert_eq!(
+        t.status.as_ref().unwrap().namespace.as_deref(),
+        Some(ns.as_str())
+    );
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let rq = quotas.get("gryvia-tenant").await.unwrap();
+    assert_eq!(
+        rq.spec.unwrap().hard.unwrap()["requests.nvidia.com/gpu"].0,
+        "2"
+    );
+    Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
+        .get("gryvia-tenant-isolation")
+        .await
+        .unwrap();
+    let limits: Api<k8s_openapi::api::core::v1::LimitRange> = Api::namespaced(client.clone(), &ns);
+    limits.get("gryvia-defaults").await.unwrap();
+
+    // Change concurrentGPUs: the quota follows.
+    let tenants: Api<GryviaTenant> = Api::all(client.clone());
+    tenants
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"quotas": {"concurrentGPUs": 3}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("quota to follow", Duration::from_secs(30), || async {
+        let rq = quotas.get("gryvia-tenant").await.ok()?;
+        (rq.spec?.hard?.get("requests.nvidia.com/gpu")?.0 == "3").then_some(())
+    })
+    .await
+    .unwrap();
+
+    // Pods within the quota are admitted; the one that would exceed it is rejected by the
+    // API server's ResourceQuota admission.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let gpu_pod = |name: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+        }))
+        .unwrap()
+    };
+    wait_for(
+        "the first GPU pod to be admitted",
+        Duration::from_secs(30),
+        || async {
+            pods.create(&PostParams::default(), &gpu_pod("fits"))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await
+    .unwrap();
+    match pods
+        .create(&PostParams::default(), &gpu_pod("too-many"))
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains("exceeded quota"), "{}", s.message);
+        }
+        other => panic!("a pod over the GPU quota was not rejected: {other:?}"),
+    }
+    delete_tenant_and_namespace(&client, &name).await;
+}
+
+#[tokio::test]
+async fn deleting_a_tenant_that_holds_workloads_keeps_its_namespace() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _op = Operator::start(&lease_ns.name, "solo");
+    let name = unique("keep");
+    let ns = format!("tenant-{name}");
+    create_tenant(
+        &client,
+        json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name},
+            "spec": {"displayName": "Keep", "quotas": {"concurrentGPUs": 1}}
+        }),
+    )
+    .await;
+    wait_ready(&client, &name).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "worker"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let tenants: Api<GryviaTenant> = Api::all(client.clone());
+    tenants
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the tenant to be gone", Duration::from_secs(60), || async {
+        tenants.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
+    let kept = Api::<Namespace>::all(client.clone())
+        .get(&ns)
+        .await
+        .unwrap();
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "the namespace holding a pod was deleted"
+    );
+    assert_eq!(
+        kept.metadata.annotations.unwrap()["gryvia.io/retained-from-tenant"],
+        name
+    );
+    let events: Api<Event> = Api::all(client.clone());
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NamespaceRetained")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())),
+        "no NamespaceRetained event"
+    );
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::background())
+        .await;
+}
+
+#[tokio::test]
+async fn a_child_asking_more_than_its_parent_has_is_capped() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _op = Operator::start(&lease_ns.name, "solo");
+    let parent = unique("org");
+    let child = unique("team");
+    create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": parent}, "spec": {"displayName": "Org", "quotas": {"concurrentGPUs": 8}}})).await;
+    create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": child}, "spec": {"displayName": "Team", "parentTenant": parent, "quotas": {"concurrentGPUs": 20}}})).await;
+    let t = wait_ready(&client, &child).await;
+    let api: Api<GryviaTenant> = Api::all(client.clone());
+    let t = wait_for(
+        "the child to be capped",
+        Duration::from_secs(30),
+        || async {
+            let t = api.get(&child).await.ok()?;
+            (t.status.as_ref()?.gpu_limit == Some(8)).then_some(t)
+        },
+    )
+    .await
+    .unwrap_or(t);
+    let status = t.status.unwrap();
+    assert_eq!(status.gpu_limit, Some(8));
+    let capped = gryvia_types::conditions::find(&status.conditions, "QuotaCapped").unwrap();
+    assert_eq!(capped.status, "True");
+    assert!(
+        capped.message.contains("asked for 20 GPUs"),
+        "{}",
+        capped.message
+    );
+    let parent_status = wait_ready(&client, &parent).await.status.unwrap();
+    assert_eq!(
+        parent_status.gpu_limit,
+        Some(0),
+        "the parent's own namespace keeps what its children did not take"
+    );
+    delete_tenant_and_namespace(&client, &child).await;
+    delete_tenant_and_namespace(&client, &parent).await;
+}
+
+async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    leases
+        .get("gryvia-quota-operator")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test]
+async fn when_the_leader_is_killed_the_standby_takes_over() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop-ha").await.unwrap();
+    let mut a = Operator::start(&lease_ns.name, "replica-a");
+    wait_for("replica-a to lead", Duration::from_secs(30), || async {
+        (lease_holder(&client, &lease_ns.name).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await
+    .unwrap();
+    let b = Operator::start(&lease_ns.name, "replica-b");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        lease_holder(&client, &lease_ns.name).await.as_deref(),
+        Some("replica-a"),
+        "only one replica leads"
+    );
+    a.kill(); // SIGKILL: no release of the lease
+    wait_for(
+        "replica-b to take over",
+        Duration::from_secs(30),
+        || async {
+            (lease_holder(&client, &lease_ns.name).await.as_deref() == Some(b.identity.as_str()))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let name = unique("after-failover");
+    create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name}, "spec": {"displayName": "F", "quotas": {"concurrentGPUs": 1}}})).await;
+    let t = wait_ready(&client, &name).await;
+    assert_eq!(t.status.unwrap().namespace, Some(format!("tenant-{name}")));
+    delete_tenant_and_namespace(&client, &name).await;
+}
