@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034
 # Shared helpers for testenv/build, testenv/up and testenv/down. Sourced, not executed.
 
+export LC_NUMERIC=C  # EPOCHREALTIME and awk arithmetic need "." as the decimal point
 TESTENV_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 log() { printf '[testenv] %s\n' "$*" >&2; }
