@@ -17,6 +17,7 @@ modver() { # modver <go.mod> <module path>
 K8S_VERSION="$(modver "$TESTENV_DIR/go/k8s/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$TESTENV_DIR/go/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(modver "$TESTENV_DIR/go/kwok/go.mod" sigs.k8s.io/kwok)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" ]] || exit 1
 
 # Cache key: the three versions plus a hash of every wrapper-module file and of BUILD_RECIPE, so
 # editing go.mod/go.sum/main.go/tools.go produces a fresh directory. Bump BUILD_RECIPE whenever
