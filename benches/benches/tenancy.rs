@@ -22,11 +22,16 @@ fn tenants(n: usize) -> Vec<TenantSummary> {
 fn bench(c: &mut Criterion) {
     for n in [1_000, 10_000] {
         let ts = tenants(n);
-        c.bench_function(&format!("allocate/{n}_tenants"), |b| b.iter(|| allocate(black_box(&ts))));
+        c.bench_function(&format!("allocate/{n}_tenants"), |b| {
+            b.iter(|| allocate(black_box(&ts)))
+        });
     }
     let mut tenant = gryvia_types::testing::tenant("t00011", 12);
     tenant.spec.parent_tenant = Some("t00010".into());
-    let world = TenantWorld { tenants: tenants(1_000), ..Default::default() };
+    let world = TenantWorld {
+        tenants: tenants(1_000),
+        ..Default::default()
+    };
     let now = jiff::Timestamp::from_second(1_800_000_000).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     c.bench_function("reconcile_tenant/among_1000", |b| {
         b.iter(|| TenantReconciler::default().reconcile(black_box(&tenant), black_box(&world), now))

@@ -1,6 +1,5 @@
 //! The example reconciler, run by Gryvia's runtime against a real control plane.
 
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

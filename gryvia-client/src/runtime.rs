@@ -136,6 +136,20 @@ where
     ctx.metrics.reconciles.get_or_create(&labels).inc();
     let started = Instant::now();
     let api: Api<K> = crate::api_for(ctx.executor.client().clone(), obj.as_ref());
+    // The watch cache may lag behind (for example a reconcile triggered by a child's change
+    // right after the object was deleted): act on the object as the API server has it now.
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let fresh = match api.get_opt(&name).await {
+        Ok(Some(fresh)) => Arc::new(fresh),
+        Ok(None) => return Ok(Action::await_change()),
+        Err(source) => {
+            return Err(Error::Api {
+                operation: format!("read {} {name}", K::kind(&())),
+                source,
+            });
+        }
+    };
+    let obj = fresh;
     let result = match ctx.reconciler.finalizer() {
         Some(name) => finalizer(&api, name, obj.clone(), |event| async {
             match event {

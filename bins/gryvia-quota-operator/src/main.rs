@@ -60,7 +60,9 @@ fn main() -> anyhow::Result<()> {
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {

@@ -34,6 +34,11 @@ impl Operator {
             gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
         };
         let port = PORT.fetch_add(1, Ordering::SeqCst);
+        // The operator's log, for post-mortems: target/e2e-logs/quota-operator-<identity>-<port>.log
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(dir.join(format!("quota-operator-{identity}-{port}.log")))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_gryvia-quota-operator"))
             .args([
                 "--metrics-addr",
@@ -52,7 +57,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         Operator {
@@ -370,4 +375,78 @@ async fn when_the_leader_is_killed_the_standby_takes_over() {
     let t = wait_ready(&client, &name).await;
     assert_eq!(t.status.unwrap().namespace, Some(format!("tenant-{name}")));
     delete_tenant_and_namespace(&client, &name).await;
+}
+
+#[tokio::test]
+async fn a_gryvia_quota_puts_a_resource_quota_in_each_listed_namespace() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _op = Operator::start(&lease_ns.name, "solo");
+    let a = TestNamespace::create(&client, "quota-a").await.unwrap();
+    let b = TestNamespace::create(&client, "quota-b").await.unwrap();
+    let name = unique("shared");
+    let quotas: Api<gryvia_types::GryviaQuota> = Api::all(client.clone());
+    let q: gryvia_types::GryviaQuota = serde_json::from_value(json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQuota", "metadata": {"name": name},
+        "spec": {"namespaces": [a.name, b.name, "does-not-exist"], "hard": {"gpus": 5}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &q).await.unwrap();
+    let object = format!("gryvia-quota-{name}");
+    for ns in [&a.name, &b.name] {
+        let rqs: Api<ResourceQuota> = Api::namespaced(client.clone(), ns);
+        wait_for(
+            &format!("the quota in {ns}"),
+            Duration::from_secs(30),
+            || async {
+                let rq = rqs.get(&object).await.ok()?;
+                (rq.spec?.hard?.get("requests.nvidia.com/gpu")?.0 == "5").then_some(())
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let status = wait_for(
+        "the missing namespace to be reported",
+        Duration::from_secs(30),
+        || async {
+            let s = quotas.get(&name).await.ok()?.status?;
+            let c = gryvia_types::conditions::find(&s.conditions, "Ready")?.clone();
+            (c.reason == "NamespaceNotFound").then_some(c)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        status.message.contains("does-not-exist"),
+        "{}",
+        status.message
+    );
+    // Dropping a namespace from the list removes its ResourceQuota.
+    quotas
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"namespaces": [a.name]}})),
+        )
+        .await
+        .unwrap();
+    let rqs_b: Api<ResourceQuota> = Api::namespaced(client.clone(), &b.name);
+    wait_for(
+        "the quota in the dropped namespace to go",
+        Duration::from_secs(30),
+        || async { rqs_b.get_opt(&object).await.ok()?.is_none().then_some(()) },
+    )
+    .await
+    .unwrap();
+    quotas
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
 }

@@ -15,13 +15,25 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
-    Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("VmRSS value")?
+        .parse()?)
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let count: usize = arg("--count").unwrap_or_else(|| "200".into()).parse()?;
     let pid: Option<u32> = arg("--operator-pid").map(|p| p.parse()).transpose()?;
     let keep = args.iter().any(|a| a == "--keep");
