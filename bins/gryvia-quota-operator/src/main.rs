@@ -57,6 +57,22 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(run(flags))
 }
 
+/// Resolves on SIGTERM (how Kubernetes stops a pod) or SIGINT.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}
+
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
@@ -102,6 +118,7 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     tokio::select! {
         r = server => r.context("metrics server")?,
         r = operator => r.context("operator")?,
+        () = shutdown_signal() => tracing::info!("SIGTERM or SIGINT received; shutting down"),
     }
     Ok(())
 }
