@@ -2,9 +2,10 @@
 //! (p50/p99) and, with `--operator-pid`, the operator's resident memory once all are Ready.
 //! Deletes what it created unless `--keep`.
 //!
-//! `tenant-load --count 200 --operator-pid $(pgrep -f gryvia-quota-operator)`
+//! `tenant-load --count 200 [--interval-ms 100] --operator-pid $(pgrep -f gryvia-quota-operator)`
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -38,14 +39,28 @@ fn main() -> anyhow::Result<()> {
     let pid: Option<u32> = arg("--operator-pid").map(|p| p.parse()).transpose()?;
     let keep = args.iter().any(|a| a == "--keep");
     let prefix = arg("--prefix").unwrap_or_else(|| "load".into());
+    // Pause between creates (0: as fast as the API server takes them, a burst).
+    let interval = Duration::from_millis(arg("--interval-ms").unwrap_or_else(|| "0".into()).parse()?);
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = gryvia_client::connect().await?;
         let api: Api<GryviaTenant> = Api::all(client.clone());
+        let api_w = api.clone();
         let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:04}")).collect();
         let mut created: HashMap<String, Instant> = HashMap::new();
-        let mut ready: HashMap<String, Duration> = HashMap::new();
-        let stream = watcher(api.clone(), watcher::Config::default()).applied_objects();
-        let mut stream = Box::pin(stream);
+        // Ready times are taken when the watch delivers them, concurrently with the creates.
+        let ready_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let seen = ready_at.clone();
+        let prefix_dash = format!("{prefix}-");
+        let watch = tokio::spawn(async move {
+            let mut stream = Box::pin(watcher(api_w, watcher::Config::default()).applied_objects());
+            while let Some(Ok(t)) = stream.next().await {
+                let name = t.metadata.name.clone().unwrap_or_default();
+                let is_ready = t.status.as_ref().is_some_and(|s| gryvia_types::conditions::is_true(&s.conditions, "Ready"));
+                if is_ready && name.starts_with(&prefix_dash) {
+                    seen.lock().map(|mut m| { m.entry(name).or_insert_with(Instant::now); }).ok();
+                }
+            }
+        });
         if let Some(pid) = pid {
             println!("operator RSS before: {} MiB", rss_kib(pid)? / 1024);
         }
@@ -57,20 +72,20 @@ fn main() -> anyhow::Result<()> {
             }))?;
             created.insert(n.clone(), Instant::now());
             api.create(&PostParams::default(), &t).await.with_context(|| format!("create {n}"))?;
+            if !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
         }
         println!("created {count} tenants in {:.1}s", started.elapsed().as_secs_f64());
         let deadline = Instant::now() + Duration::from_secs(600);
-        while ready.len() < count && Instant::now() < deadline {
-            let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(30), stream.next()).await else { break };
-            let t = ev?;
-            let name = t.metadata.name.clone().unwrap_or_default();
-            let is_ready = t.status.as_ref().is_some_and(|s| gryvia_types::conditions::is_true(&s.conditions, "Ready"));
-            if is_ready && !ready.contains_key(&name)
-                && let Some(c) = created.get(&name)
-            {
-                ready.insert(name, c.elapsed());
-            }
+        while ready_at.lock().map(|m| m.len()).unwrap_or(0) < count && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        watch.abort();
+        let ready: HashMap<String, Duration> = ready_at
+            .lock()
+            .map(|m| m.iter().filter_map(|(n, at)| created.get(n).map(|c| (n.clone(), at.saturating_duration_since(*c)))).collect())
+            .unwrap_or_default();
         let mut lat: Vec<f64> = ready.values().map(Duration::as_secs_f64).collect();
         lat.sort_by(f64::total_cmp);
         let pct = |p: f64| lat.get(((lat.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
