@@ -27,7 +27,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("validate/guide_healthcheck", |b| {
         b.iter(|| validator.validate(black_box(&hc)))
     });
-    c.bench_function("parse_yaml/guide_tenant", |b| {
+    c.bench_function("parse_yaml/guide_healthcheck", |b| {
         b.iter(|| parse_yaml_documents(black_box(text)))
     });
 }
