@@ -90,12 +90,13 @@ impl Observe for TenantObserver {
             .map(|rq| gpus_used(&rq))
             .unwrap_or(0);
         let lp = ListParams::default();
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns)
-            .list_metadata(&lp)
+        let pod_list = Api::<Pod>::namespaced(self.client.clone(), &ns)
+            .list(&lp)
             .await
             .map_err(api_err(format!("list pods in {ns}")))?
-            .items
-            .len();
+            .items;
+        let pods = pod_list.len();
+        let gpus_by_type = self.gpus_by_type(&pod_list).await?;
         let jobs = Api::<Job>::namespaced(self.client.clone(), &ns)
             .list_metadata(&lp)
             .await
@@ -113,10 +114,68 @@ impl Observe for TenantObserver {
             tenants,
             namespace: Some(state),
             gpus_in_use,
+            gpus_by_type,
             pods: count(pods),
             workloads: count(pods + jobs + ai_jobs),
         })
     }
+}
+
+impl TenantObserver {
+    /// GPUs of the pods that hold them (scheduled, not finished), per GPU product of their node.
+    async fn gpus_by_type(&self, pods: &[Pod]) -> Result<BTreeMap<String, i32>> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let mut products: BTreeMap<String, String> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for pod in pods {
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("");
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            if matches!(phase, "Succeeded" | "Failed") {
+                continue;
+            }
+            let gpus = pod_gpus(pod);
+            if gpus == 0 {
+                continue;
+            }
+            if !products.contains_key(&node) {
+                let product = nodes
+                    .get_opt(&node)
+                    .await
+                    .map_err(api_err(format!("read node {node}")))?
+                    .and_then(|n| n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned())
+                    .unwrap_or_else(|| "unknown".to_owned());
+                products.insert(node.clone(), product);
+            }
+            *out.entry(products[&node].clone()).or_insert(0) += gpus;
+        }
+        Ok(out)
+    }
+}
+
+/// GPUs a pod holds: the sum over its containers of `nvidia.com/gpu` (limits, else requests).
+pub fn pod_gpus(pod: &Pod) -> i32 {
+    let Some(spec) = &pod.spec else { return 0 };
+    spec.containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref())
+        .filter_map(|r| {
+            r.limits
+                .as_ref()
+                .and_then(|l| l.get(labels::NVIDIA_GPU_RESOURCE))
+                .or_else(|| {
+                    r.requests
+                        .as_ref()
+                        .and_then(|q| q.get(labels::NVIDIA_GPU_RESOURCE))
+                })
+        })
+        .filter_map(|q| q.0.parse::<i32>().ok())
+        .sum()
 }
 
 /// Observes a GryviaQuota: which of its namespaces exist, where its ResourceQuotas are, usage.

@@ -28,6 +28,8 @@ pub const TENANT_NETPOL: &str = "gryvia-tenant-isolation";
 pub const GPU_REQUESTS: &str = "requests.nvidia.com/gpu";
 /// Condition type set when the parent caps this tenant's GPU limit.
 pub const QUOTA_CAPPED: &str = "QuotaCapped";
+/// Condition type set when the tenant uses more GPUs of a product than `gpusPerType` allows.
+pub const TYPE_LIMIT_EXCEEDED: &str = "GpuTypeLimitExceeded";
 /// Longest tenant name (the namespace `tenant-<name>` must fit in 63 characters).
 pub const MAX_TENANT_NAME: usize = 56;
 /// How often tenants are re-read to refresh usage in their status.
@@ -47,6 +49,8 @@ pub struct TenantWorld {
     pub namespace: Option<NamespaceState>,
     /// GPUs requested by pods in the namespace (the ResourceQuota's `status.used`).
     pub gpus_in_use: i32,
+    /// GPUs of running pods per GPU product of their node.
+    pub gpus_by_type: BTreeMap<String, i32>,
     /// Pods in the namespace.
     pub pods: i32,
     /// Pods, Jobs and GryviaAIJobs in the namespace (what "holds workloads" means).
@@ -472,6 +476,50 @@ impl crate::Reconcile for TenantReconciler {
                     );
                 }
             }
+        }
+        status.gpus_in_use_by_type = world.gpus_by_type.clone();
+        let per_type = tenant
+            .spec
+            .quotas
+            .as_ref()
+            .map(|q| &q.gpus_per_type)
+            .filter(|m| !m.is_empty());
+        match per_type {
+            Some(limits) => {
+                let over: Vec<String> = limits
+                    .iter()
+                    .filter_map(|(product, limit)| {
+                        let used = world.gpus_by_type.get(product).copied().unwrap_or(0);
+                        (used > *limit).then(|| format!("{product}: {used} in use, limit {limit}"))
+                    })
+                    .collect();
+                if over.is_empty() {
+                    set(
+                        &mut status,
+                        TYPE_LIMIT_EXCEEDED,
+                        Status::False,
+                        "WithinGpuTypeLimits",
+                        "",
+                        generation,
+                        now,
+                    );
+                } else {
+                    let msg = format!("spec.quotas.gpusPerType exceeded: {}", over.join("; "));
+                    if !conditions::is_true(&current.conditions, TYPE_LIMIT_EXCEEDED) {
+                        plan.event(EventType::Warning, "GpuTypeLimitExceeded", msg.clone());
+                    }
+                    set(
+                        &mut status,
+                        TYPE_LIMIT_EXCEEDED,
+                        Status::True,
+                        "OverGpuTypeLimit",
+                        msg,
+                        generation,
+                        now,
+                    );
+                }
+            }
+            None => status.conditions.retain(|c| c.type_ != TYPE_LIMIT_EXCEEDED),
         }
         match &alloc.problem {
             Some((reason, msg)) => {

@@ -28,6 +28,7 @@ fn world_for(tenants: &[&GryviaTenant]) -> TenantWorld {
         tenants: tenants.iter().map(|t| TenantSummary::of(t)).collect(),
         namespace: None,
         gpus_in_use: 0,
+        gpus_by_type: BTreeMap::new(),
         pods: 0,
         workloads: 0,
     }
@@ -533,4 +534,56 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn using_more_gpus_of_a_product_than_allowed_is_reported_with_an_event() {
+    let mut t = tenant("ml", 16);
+    t.spec.quotas.as_mut().unwrap().gpus_per_type =
+        BTreeMap::from([("NVIDIA-H100-80GB-HBM3".to_owned(), 4)]);
+    let mut w = world_for(&[&t]);
+    w.gpus_by_type = BTreeMap::from([
+        ("NVIDIA-H100-80GB-HBM3".to_owned(), 6),
+        ("NVIDIA-A100-SXM4-80GB".to_owned(), 2),
+    ]);
+    let plan = run(&t, &w);
+    let c = condition(&plan, "GpuTypeLimitExceeded");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "OverGpuTypeLimit")
+    );
+    assert!(
+        c.message
+            .contains("NVIDIA-H100-80GB-HBM3: 6 in use, limit 4"),
+        "{}",
+        c.message
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == "GpuTypeLimitExceeded")
+    );
+    assert_eq!(
+        plan.status.as_ref().unwrap().gpus_in_use_by_type["NVIDIA-A100-SXM4-80GB"],
+        2
+    );
+    // Within limits: the condition turns False, no event.
+    w.gpus_by_type.insert("NVIDIA-H100-80GB-HBM3".to_owned(), 4);
+    t.status = plan.status.clone();
+    let again = run(&t, &w);
+    assert_eq!(condition(&again, "GpuTypeLimitExceeded").status, "False");
+    assert!(again.events.is_empty());
+}
+
+#[test]
+fn without_per_type_limits_there_is_no_per_type_condition() {
+    let t = tenant("ml", 16);
+    let plan = run(&t, &world_for(&[&t]));
+    assert!(
+        plan.status
+            .unwrap()
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "GpuTypeLimitExceeded")
+    );
 }

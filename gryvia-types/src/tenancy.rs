@@ -127,7 +127,10 @@ pub struct TenantQuotas {
     )]
     #[schemars(range(min = 0, max = 1000000))]
     pub concurrent_gpus: Option<i32>,
-    /// GPUs per GPU type (SKU name to count), each a ResourceQuota scoped to that type.
+    /// GPUs per GPU product (the node label `nvidia.com/gpu.product`, for example
+    /// `NVIDIA-H100-80GB-HBM3`) the tenant's pods may use at once. A ResourceQuota cannot select
+    /// by node label, so the quota-operator reports usage per product and a
+    /// `GpuTypeLimitExceeded` condition; new jobs are held to it at admission.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpus_per_type: BTreeMap<String, i32>,
 }
@@ -259,6 +262,10 @@ pub struct GryviaTenantStatus {
     /// GPUs the tenant may use (after the parent's cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_limit: Option<i32>,
+    /// GPUs in use per GPU product (node label `nvidia.com/gpu.product`) of the nodes the
+    /// tenant's running pods are on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_in_use_by_type: BTreeMap<String, i32>,
     /// `gpusInUse` as a percentage of `gpuLimit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_utilization_percent: Option<i32>,

@@ -360,6 +360,9 @@ async fn when_the_leader_is_killed_the_standby_takes_over() {
         "only one replica leads"
     );
     a.kill(); // SIGKILL: no release of the lease
+    // Created while nobody leads: the standby must pick it up once the lease expires.
+    let name = unique("after-failover");
+    create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name}, "spec": {"displayName": "F", "quotas": {"concurrentGPUs": 1}}})).await;
     wait_for(
         "replica-b to take over",
         Duration::from_secs(30),
@@ -370,8 +373,6 @@ async fn when_the_leader_is_killed_the_standby_takes_over() {
     )
     .await
     .unwrap();
-    let name = unique("after-failover");
-    create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name}, "spec": {"displayName": "F", "quotas": {"concurrentGPUs": 1}}})).await;
     let t = wait_ready(&client, &name).await;
     assert_eq!(t.status.unwrap().namespace, Some(format!("tenant-{name}")));
     delete_tenant_and_namespace(&client, &name).await;
@@ -449,4 +450,64 @@ async fn a_gryvia_quota_puts_a_resource_quota_in_each_listed_namespace() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn gpu_use_per_product_is_reported_against_gpus_per_type() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _op = Operator::start(&lease_ns.name, "solo");
+    let name = unique("typed");
+    let ns = format!("tenant-{name}");
+    create_tenant(&client, json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name},
+        "spec": {"displayName": "Typed", "quotas": {"concurrentGPUs": 8, "gpusPerType": {"NVIDIA-H100-80GB-HBM3": 1}}}
+    }))
+    .await;
+    wait_ready(&client, &name).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "h100-user"},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+        }
+    }))
+    .unwrap();
+    wait_for(
+        "the pod to be admitted",
+        Duration::from_secs(30),
+        || async {
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await
+    .unwrap();
+    let tenants: Api<GryviaTenant> = Api::all(client.clone());
+    let status = wait_for(
+        "the per-type overuse to be reported",
+        Duration::from_secs(60),
+        || async {
+            let s = tenants.get(&name).await.ok()?.status?;
+            gryvia_types::conditions::is_true(&s.conditions, "GpuTypeLimitExceeded").then_some(s)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        status.gpus_in_use_by_type.get("NVIDIA-H100-80GB-HBM3"),
+        Some(&2)
+    );
+    let c = gryvia_types::conditions::find(&status.conditions, "GpuTypeLimitExceeded").unwrap();
+    assert!(c.message.contains("2 in use, limit 1"), "{}", c.message);
+    delete_tenant_and_namespace(&client, &name).await;
 }

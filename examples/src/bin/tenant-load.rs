@@ -40,7 +40,8 @@ fn main() -> anyhow::Result<()> {
     let keep = args.iter().any(|a| a == "--keep");
     let prefix = arg("--prefix").unwrap_or_else(|| "load".into());
     // Pause between creates (0: as fast as the API server takes them, a burst).
-    let interval = Duration::from_millis(arg("--interval-ms").unwrap_or_else(|| "0".into()).parse()?);
+    let interval =
+        Duration::from_millis(arg("--interval-ms").unwrap_or_else(|| "0".into()).parse()?);
     tokio::runtime::Runtime::new()?.block_on(async move {
         let client = gryvia_client::connect().await?;
         let api: Api<GryviaTenant> = Api::all(client.clone());
