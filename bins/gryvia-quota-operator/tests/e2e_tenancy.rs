@@ -78,6 +78,34 @@ impl Drop for Operator {
     }
 }
 
+/// What every test here needs: a client, the CRDs, the test lock, and one operator whose Lease
+/// lives in the test's own namespace.
+struct Setup {
+    client: kube::Client,
+    // Fields drop in declaration order: the operator is killed before the lock is released.
+    _operator: Operator,
+    _lease_ns: TestNamespace,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    async fn with_operator() -> Option<Setup> {
+        let client = gryvia_testsupport::client().await?;
+        let serial = SERIAL.lock().await;
+        gryvia_client::crds::install(&client, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+        let operator = Operator::start(&lease_ns.name, "solo");
+        Some(Setup {
+            client,
+            _operator: operator,
+            _lease_ns: lease_ns,
+            _serial: serial,
+        })
+    }
+}
+
 fn unique(prefix: &str) -> String {
     format!(
         "{prefix}-{:x}",
@@ -129,15 +157,10 @@ async fn delete_tenant_and_namespace(client: &kube::Client, name: &str) {
 
 #[tokio::test]
 async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enforced() {
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(setup) = Setup::with_operator().await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
-    let _op = Operator::start(&lease_ns.name, "solo");
+    let client = setup.client.clone();
     let name = unique("acme");
     let ns = format!("tenant-{name}");
     create_tenant(&client, json!({
@@ -217,15 +240,10 @@ async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enf
 
 #[tokio::test]
 async fn deleting_a_tenant_that_holds_workloads_keeps_its_namespace() {
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(setup) = Setup::with_operator().await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
-    let _op = Operator::start(&lease_ns.name, "solo");
+    let client = setup.client.clone();
     let name = unique("keep");
     let ns = format!("tenant-{name}");
     create_tenant(
@@ -282,15 +300,10 @@ async fn deleting_a_tenant_that_holds_workloads_keeps_its_namespace() {
 
 #[tokio::test]
 async fn a_child_asking_more_than_its_parent_has_is_capped() {
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(setup) = Setup::with_operator().await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
-    let _op = Operator::start(&lease_ns.name, "solo");
+    let client = setup.client.clone();
     let parent = unique("org");
     let child = unique("team");
     create_tenant(&client, json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": parent}, "spec": {"displayName": "Org", "quotas": {"concurrentGPUs": 8}}})).await;
@@ -380,15 +393,10 @@ async fn when_the_leader_is_killed_the_standby_takes_over() {
 
 #[tokio::test]
 async fn a_gryvia_quota_puts_a_resource_quota_in_each_listed_namespace() {
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(setup) = Setup::with_operator().await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
-    let _op = Operator::start(&lease_ns.name, "solo");
+    let client = setup.client.clone();
     let a = TestNamespace::create(&client, "quota-a").await.unwrap();
     let b = TestNamespace::create(&client, "quota-b").await.unwrap();
     let name = unique("shared");
@@ -454,15 +462,10 @@ async fn a_gryvia_quota_puts_a_resource_quota_in_each_listed_namespace() {
 
 #[tokio::test]
 async fn gpu_use_per_product_is_reported_against_gpus_per_type() {
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(setup) = Setup::with_operator().await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
-    let _op = Operator::start(&lease_ns.name, "solo");
+    let client = setup.client.clone();
     let name = unique("typed");
     let ns = format!("tenant-{name}");
     create_tenant(&client, json!({
