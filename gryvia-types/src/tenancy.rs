@@ -25,6 +25,7 @@ use crate::money::Decimal;
     status = "GryviaTenantStatus",
     shortname = "gtn",
     category = "gryvia",
+    validation = Rule::new("size(self.metadata.name) <= 56 && !self.metadata.name.contains('.')").message("metadata.name: a tenant name has at most 56 characters and no dots (its namespace is tenant-<name>)"),
     printcolumn(
         name = "Display Name",
         type_ = "string",
