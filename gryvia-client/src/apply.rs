@@ -271,12 +271,16 @@ impl Executor {
         });
         let params = PatchParams::apply(&self.field_manager).force();
         let name = owner.name_any();
-        timed(
+        match timed(
             format!("apply status of {} {name}", K::kind(&())),
             api.patch_status(&name, &params, &Patch::Apply(&body)),
         )
-        .await?;
-        Ok(())
+        .await
+        {
+            // The object was deleted meanwhile (its last finalizer went): nothing to record on.
+            Err(e) if is_not_found(&e) => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     async fn node_op(&self, op: &NodeOp) -> Result<()> {

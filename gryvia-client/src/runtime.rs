@@ -342,6 +342,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn children_map_to_their_cluster_scoped_owner_without_a_namespace() {
+        let rq: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "q", "namespace": "tenant-a", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "other", "uid": "1"},
+                {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "name": "a", "uid": "2"}
+            ]}
+        }))
+        .unwrap();
+        let owner = cluster_owner::<gryvia_types::GryviaTenant, _>(rq).unwrap();
+        assert_eq!(owner, kube::runtime::reflector::ObjectRef::new("a"));
+        assert_eq!(owner.namespace, None);
+    }
+
+    #[test]
     fn backoff_doubles_up_to_the_cap_and_resets_on_success() {
         let b = Backoff::default();
         let waits: Vec<u64> = (0..12).map(|_| b.fail("a").as_secs()).collect();
@@ -351,4 +365,26 @@ mod tests {
         assert_eq!(b.fail("a").as_secs(), 1);
         assert_eq!(b.fail("b").as_secs(), 1, "objects back off independently");
     }
+}
+
+/// Maps a child to its cluster-scoped owner of kind `K`, for `Controller::watches`.
+///
+/// kube's `Controller::owns` builds the owner's reference with the *child's* namespace; for a
+/// cluster-scoped owner that reference differs from the one the primary watch produces
+/// (namespace `None`), so the same object could be reconciled twice at once. Cluster-scoped
+/// owners therefore watch their children through this mapper instead.
+pub fn cluster_owner<K, C>(child: C) -> Option<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource,
+{
+    let kind = K::kind(&());
+    let api_version = K::api_version(&());
+    child
+        .meta()
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version == api_version)
+        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name))
 }

@@ -23,7 +23,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::Executor;
 use crate::metrics::Metrics;
-use crate::runtime::{Context, Observe, run};
+use crate::runtime::{Context, Observe, cluster_owner, run};
 use crate::{Error, Result};
 
 fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -250,10 +250,27 @@ pub fn controllers(
             let store = tenant_ctrl.store();
             let children_of = store.clone();
             let tenant_ctrl = tenant_ctrl
-                .owns(Api::<ResourceQuota>::all(client.clone()), managed.clone())
-                .owns(Api::<LimitRange>::all(client.clone()), managed.clone())
-                .owns(Api::<NetworkPolicy>::all(client.clone()), managed.clone())
-                .owns(Api::<RoleBinding>::all(client.clone()), managed.clone())
+                // Tenants are cluster-scoped: children map to them through `cluster_owner`.
+                .watches(
+                    Api::<ResourceQuota>::all(client.clone()),
+                    managed.clone(),
+                    cluster_owner::<GryviaTenant, _>,
+                )
+                .watches(
+                    Api::<LimitRange>::all(client.clone()),
+                    managed.clone(),
+                    cluster_owner::<GryviaTenant, _>,
+                )
+                .watches(
+                    Api::<NetworkPolicy>::all(client.clone()),
+                    managed.clone(),
+                    cluster_owner::<GryviaTenant, _>,
+                )
+                .watches(
+                    Api::<RoleBinding>::all(client.clone()),
+                    managed.clone(),
+                    cluster_owner::<GryviaTenant, _>,
+                )
                 .watches(
                     Api::<Namespace>::all(client.clone()),
                     watcher::Config::default().labels(labels::TENANT),
@@ -294,7 +311,11 @@ pub fn controllers(
                 Api::<GryviaQuota>::all(client.clone()),
                 watcher::Config::default(),
             )
-            .owns(Api::<ResourceQuota>::all(client.clone()), managed);
+            .watches(
+                Api::<ResourceQuota>::all(client.clone()),
+                managed,
+                cluster_owner::<GryviaQuota, _>,
+            );
             let quota_ctx = Arc::new(Context::new(
                 QuotaReconciler,
                 QuotaObserver {

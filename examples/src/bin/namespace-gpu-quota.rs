@@ -30,9 +30,16 @@ fn main() -> anyhow::Result<()> {
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
         )
-        .owns(
+        // A Namespace is cluster-scoped: its quota maps to it by the quota's namespace (kube's
+        // `owns` would build a reference with a namespace, see `runtime::cluster_owner`).
+        .watches(
             Api::<ResourceQuota>::all(client),
             watcher::Config::default(),
+            |rq: ResourceQuota| {
+                rq.metadata
+                    .namespace
+                    .map(|ns| kube::runtime::reflector::ObjectRef::<Namespace>::new(&ns))
+            },
         );
         let server =
             gryvia_client::metrics::serve("127.0.0.1:9090".parse()?, metrics, Health::default());
