@@ -337,6 +337,28 @@ async fn lease_task_ended(
     }
 }
 
+/// Maps a child to its cluster-scoped owner of kind `K`, for `Controller::watches`.
+///
+/// kube's `Controller::owns` builds the owner's reference with the *child's* namespace; for a
+/// cluster-scoped owner that reference differs from the one the primary watch produces
+/// (namespace `None`), so the same object could be reconciled twice at once. Cluster-scoped
+/// owners therefore watch their children through this mapper instead.
+pub fn cluster_owner<K, C>(child: C) -> Option<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource,
+{
+    let kind = K::kind(&());
+    let api_version = K::api_version(&());
+    child
+        .meta()
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version == api_version)
+        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,26 +387,4 @@ mod tests {
         assert_eq!(b.fail("a").as_secs(), 1);
         assert_eq!(b.fail("b").as_secs(), 1, "objects back off independently");
     }
-}
-
-/// Maps a child to its cluster-scoped owner of kind `K`, for `Controller::watches`.
-///
-/// kube's `Controller::owns` builds the owner's reference with the *child's* namespace; for a
-/// cluster-scoped owner that reference differs from the one the primary watch produces
-/// (namespace `None`), so the same object could be reconciled twice at once. Cluster-scoped
-/// owners therefore watch their children through this mapper instead.
-pub fn cluster_owner<K, C>(child: C) -> Option<kube::runtime::reflector::ObjectRef<K>>
-where
-    K: Resource<DynamicType = ()>,
-    C: Resource,
-{
-    let kind = K::kind(&());
-    let api_version = K::api_version(&());
-    child
-        .meta()
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.kind == kind && o.api_version == api_version)
-        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name))
 }
