@@ -46,6 +46,32 @@ pub trait Observe: Send + Sync + 'static {
     async fn observe(&self, object: &Self::Object) -> Result<Self::World>;
 }
 
+/// A resource the runtime can drive: typed, (de)serializable, and addressable whatever its
+/// scope. Every `CustomResource` of gryvia-types and every k8s-openapi kind is one.
+pub trait Managed:
+    Resource<DynamicType = (), Scope: crate::ScopeApi>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Managed for K where
+    K: Resource<DynamicType = (), Scope: crate::ScopeApi>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Longest wait between retries of a failing object.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -117,15 +143,7 @@ fn key_of<K: Resource>(obj: &K) -> String {
 #[instrument(skip_all, fields(object = %key_of(obj.as_ref())))]
 async fn reconcile_one<K, S, R, O>(obj: Arc<K>, ctx: Arc<Context<R, O>>) -> Result<Action>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-    K::Scope: crate::ScopeApi,
+    K: Managed,
     S: Serialize + Send + Sync,
     R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
     O: Observe<Object = K, World = R::World>,
@@ -173,15 +191,7 @@ where
 
 async fn act<K, S, R, O>(ctx: &Context<R, O>, obj: &K, cleanup: bool) -> Result<Action>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-    K::Scope: crate::ScopeApi,
+    K: Managed,
     S: Serialize + Send + Sync,
     R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
     O: Observe<Object = K, World = R::World>,
@@ -233,15 +243,7 @@ where
 /// Runs `controller` (already configured with `owns` / `watches`) until its streams end.
 pub async fn run<K, S, R, O>(controller: Controller<K>, ctx: Arc<Context<R, O>>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-    K::Scope: crate::ScopeApi,
+    K: Managed,
     K::DynamicType: Eq + Hash + Clone,
     S: Serialize + Send + Sync + 'static,
     R: Reconcile<Object = K, Status = S> + Send + Sync + 'static,
