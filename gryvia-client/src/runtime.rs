@@ -339,6 +339,21 @@ async fn lease_task_ended(
     }
 }
 
+/// A predicate for `predicate_filter`: changes of the spec (generation), the finalizers or the
+/// deletion timestamp pass; status-only updates (the controller's own writes) do not.
+pub fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::Hasher;
+    let meta = obj.meta();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .hash(&mut h);
+    Some(h.finish())
+}
+
 /// Maps a child to its cluster-scoped owner of kind `K`, for `Controller::watches`.
 ///
 /// kube's `Controller::owns` builds the owner's reference with the *child's* namespace; for a

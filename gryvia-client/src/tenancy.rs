@@ -16,14 +16,15 @@ use k8s_openapi::api::core::v1::{LimitRange, Namespace, Pod, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams};
+use kube::runtime::PredicateConfig;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use crate::apply::Executor;
 use crate::metrics::Metrics;
-use crate::runtime::{Context, Observe, cluster_owner, run};
+use crate::runtime::{Context, Observe, cluster_owner, run, spec_or_lifecycle};
 use crate::{Error, Result};
 
 fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -246,8 +247,14 @@ pub fn controllers(
                 labels::MANAGED_BY_VALUE
             ));
             let tenants_api: Api<GryviaTenant> = Api::all(client.clone());
-            let tenant_ctrl = Controller::new(tenants_api.clone(), watcher::Config::default());
-            let store = tenant_ctrl.store();
+            // Status-only updates of a tenant (the operator's own writes) trigger nothing.
+            let (store, writer) = kube::runtime::reflector::store();
+            let tenant_events = watcher(tenants_api.clone(), watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .applied_objects()
+                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+            let tenant_ctrl = Controller::for_stream(tenant_events, store.clone());
             let children_of = store.clone();
             let tenant_ctrl = tenant_ctrl
                 // Tenants are cluster-scoped: children map to them through `cluster_owner`.
@@ -281,15 +288,21 @@ pub fn controllers(
                     },
                 )
                 // A parent's change re-allocates its children.
-                .watches(tenants_api, watcher::Config::default(), move |parent| {
-                    let name = parent.name_any();
-                    children_of
-                        .state()
-                        .iter()
-                        .filter(|t| t.spec.parent_tenant.as_deref() == Some(name.as_str()))
-                        .map(|t| ObjectRef::from_obj(t.as_ref()))
-                        .collect::<Vec<_>>()
-                });
+                .watches_stream(
+                    watcher(tenants_api, watcher::Config::default())
+                        .default_backoff()
+                        .applied_objects()
+                        .predicate_filter(spec_or_lifecycle, PredicateConfig::default()),
+                    move |parent: GryviaTenant| {
+                        let name = parent.name_any();
+                        children_of
+                            .state()
+                            .iter()
+                            .filter(|t| t.spec.parent_tenant.as_deref() == Some(name.as_str()))
+                            .map(|t| ObjectRef::from_obj(t.as_ref()))
+                            .collect::<Vec<_>>()
+                    },
+                );
             let reconciler = TenantReconciler {
                 options: options.tenant,
             };
