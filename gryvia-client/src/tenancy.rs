@@ -140,7 +140,7 @@ impl TenantObserver {
             if matches!(phase, "Succeeded" | "Failed") {
                 continue;
             }
-            let gpus = pod_gpus(pod);
+            let gpus = gryvia_reconcile::tenancy::pod_gpus(pod);
             if gpus == 0 {
                 continue;
             }
@@ -157,26 +157,6 @@ impl TenantObserver {
         }
         Ok(out)
     }
-}
-
-/// GPUs a pod holds: the sum over its containers of `nvidia.com/gpu` (limits, else requests).
-pub fn pod_gpus(pod: &Pod) -> i32 {
-    let Some(spec) = &pod.spec else { return 0 };
-    spec.containers
-        .iter()
-        .filter_map(|c| c.resources.as_ref())
-        .filter_map(|r| {
-            r.limits
-                .as_ref()
-                .and_then(|l| l.get(labels::NVIDIA_GPU_RESOURCE))
-                .or_else(|| {
-                    r.requests
-                        .as_ref()
-                        .and_then(|q| q.get(labels::NVIDIA_GPU_RESOURCE))
-                })
-        })
-        .filter_map(|q| q.0.parse::<i32>().ok())
-        .sum()
 }
 
 /// Observes a GryviaQuota: which of its namespaces exist, where its ResourceQuotas are, usage.
@@ -223,18 +203,11 @@ impl Observe for QuotaObserver {
     }
 }
 
-/// Options of the quota-operator's controllers.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TenancyOptions {
-    /// Tenant reconcile options.
-    pub tenant: TenantOptions,
-}
-
 /// Builds the tenancy controllers; the returned closure starts them (each time this replica
 /// becomes leader).
 pub fn controllers(
     client: kube::Client,
-    options: TenancyOptions,
+    options: TenantOptions,
     metrics: Metrics,
 ) -> crate::runtime::Controllers {
     Box::new(move || -> BoxFuture<'static, ()> {
@@ -303,9 +276,7 @@ pub fn controllers(
                             .collect::<Vec<_>>()
                     },
                 );
-            let reconciler = TenantReconciler {
-                options: options.tenant,
-            };
+            let reconciler = TenantReconciler { options };
             let executor = Executor::new(
                 client.clone(),
                 gryvia_reconcile::Reconcile::name(&reconciler),

@@ -40,6 +40,27 @@ pub fn namespace_of(tenant: &str) -> String {
     format!("tenant-{tenant}")
 }
 
+/// GPUs a pod holds: the sum over its containers of `nvidia.com/gpu` (limits, else requests;
+/// for an extended resource the two are equal when both are set).
+pub fn pod_gpus(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
+    let Some(spec) = &pod.spec else { return 0 };
+    spec.containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref())
+        .filter_map(|r| {
+            r.limits
+                .as_ref()
+                .and_then(|l| l.get(labels::NVIDIA_GPU_RESOURCE))
+                .or_else(|| {
+                    r.requests
+                        .as_ref()
+                        .and_then(|q| q.get(labels::NVIDIA_GPU_RESOURCE))
+                })
+        })
+        .filter_map(|q| q.0.parse::<i32>().ok())
+        .sum()
+}
+
 /// What the tenant reconcile knows about the cluster.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TenantWorld {

@@ -587,3 +587,17 @@ fn without_per_type_limits_there_is_no_per_type_condition() {
             .all(|c| c.type_ != "GpuTypeLimitExceeded")
     );
 }
+
+#[test]
+fn a_pod_holds_the_gpus_its_containers_ask_for() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+            {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1"}}},
+            {"name": "c"}
+        ]}
+    }))
+    .unwrap();
+    assert_eq!(gryvia_reconcile::tenancy::pod_gpus(&pod), 3);
+    assert_eq!(gryvia_reconcile::tenancy::pod_gpus(&Default::default()), 0);
+}

@@ -9,7 +9,6 @@ use anyhow::Context;
 use clap::Parser;
 use gryvia_client::metrics::{Health, Metrics};
 use gryvia_client::runtime::LeaseSettings;
-use gryvia_client::tenancy::TenancyOptions;
 use gryvia_reconcile::tenancy::TenantOptions;
 
 /// Reconciles GryviaTenants (namespace, quota, limit range, network policy, RoleBindings) and
@@ -90,10 +89,8 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let metrics = Metrics::new();
     let health = Health::default();
-    let options = TenancyOptions {
-        tenant: TenantOptions {
-            tenant_rbac: flags.tenant_rbac,
-        },
+    let options = TenantOptions {
+        tenant_rbac: flags.tenant_rbac,
     };
     let lease = (!flags.no_leader_election).then(|| LeaseSettings {
         name: "gryvia-quota-operator".to_owned(),
