@@ -7,7 +7,10 @@
 
 pub mod apply;
 pub mod crds;
+pub mod gpu_agent;
+pub mod health;
 pub mod metrics;
+pub mod operator;
 pub mod runtime;
 pub mod tenancy;
 pub mod webhook;
@@ -60,6 +63,17 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The GPUs could not be read (NVML missing or failing).
+    #[error("read GPUs: {0}")]
+    Gpu(String),
+    /// A trace file is unreadable or invalid.
+    #[error("trace {path}: {reason}")]
+    Trace {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the frame and field.
+        reason: String,
+    },
     /// An object could not be (de)serialized.
     #[error("serialize {what}: {source}")]
     Serialize {
@@ -83,6 +97,8 @@ impl Error {
             Error::LeaderElection(_) => "leader_election",
             Error::Serve { .. } => "serve",
             Error::Webhook { .. } => "webhook",
+            Error::Gpu(_) => "gpu",
+            Error::Trace { .. } => "trace",
         }
     }
 
@@ -94,6 +110,7 @@ impl Error {
             Error::Serialize { .. } => Duration::from_secs(300),
             Error::Finalizer(_) | Error::Webhook { .. } => Duration::from_secs(10),
             Error::LeaderElection(_) | Error::Serve { .. } => Duration::from_secs(30),
+            Error::Gpu(_) | Error::Trace { .. } => Duration::from_secs(10),
         }
     }
 }

@@ -9,9 +9,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Pattern of a five-field cron schedule or one of the `@hourly`-style macros.
+/// Pattern of a five-field cron schedule (six with leading seconds) or an `@hourly`-style macro.
 pub const CRON_PATTERN: &str =
-    r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4}\S+\s*)$";
+    r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4,5}\S+\s*)$";
 
 /// Pattern of a DNS-1123 label (names of checks, steps, parameters).
 pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
@@ -35,7 +35,7 @@ pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
     category = "gryvia",
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpuCount"),
-    printcolumn(name = "Health", type_ = "string", json_path = ".status.health"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.source"),
     printcolumn(name = "Observed", type_ = "date", json_path = ".status.observedAt"),
     printcolumn(
         name = "Age",
@@ -78,6 +78,9 @@ pub struct RemediationRequest {
     /// Seconds after which the operator treats the step as failed.
     #[schemars(range(min = 1, max = 86400))]
     pub timeout_seconds: i32,
+    /// How to reboot, for `action: reboot` (from the health check's `remediation.rebootMethod`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_method: Option<RebootMethod>,
 }
 
 /// One rung of the remediation ladder.
@@ -116,9 +119,6 @@ pub struct GryviaGpuNodeStatus {
     /// When the agent wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<Time>,
-    /// Latest verdict of the health checks that cover this node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<Verdict>,
     /// Result of the last remediation step the agent carried out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation_result: Option<RemediationResult>,
@@ -300,9 +300,10 @@ pub enum Verdict {
 pub struct GryviaHealthCheckSpec {
     /// Which nodes the checks cover.
     pub target: HealthTarget,
-    /// When to evaluate, as a five-field cron expression in UTC (or `@hourly` and friends).
+    /// When to evaluate, as a five-field cron expression in UTC (or `@hourly` and friends); a
+    /// sixth, leading field gives seconds (`*/10 * * * * *`: every ten seconds).
     #[schemars(regex(
-        pattern = r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4}\S+\s*)$"
+        pattern = r"^(@(yearly|annually|monthly|weekly|daily|hourly)|\s*(\S+\s+){4,5}\S+\s*)$"
     ))]
     pub schedule: String,
     /// The checks to evaluate on every GPU of every targeted node.
@@ -403,6 +404,10 @@ pub enum CheckType {
     GpuNvlink,
     /// Power draw, watts.
     GpuPower,
+    /// Critical XID errors in the latest observation, count: 48 (double-bit ECC), 63 and 64
+    /// (row remapping), 74 (NVLink), 79 (GPU fallen off the bus), 92, 94 and 95 (ECC
+    /// contained / uncontained), 119 and 120 (GSP errors).
+    GpuXid,
 }
 
 /// Limits of a measured value. A value above `max` or below `min` fails; above `warning` warns.
@@ -574,6 +579,25 @@ pub struct NodeHealthResult {
     /// Remediation progress on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<NodeRemediationState>,
+    /// Progress of the drain of a quarantined node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+}
+
+/// Where the drain of a quarantined node stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainStatus {
+    /// Pods (namespace/name) whose eviction was requested and that are still on the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicting: Vec<String>,
+    /// Pods (namespace/name) a PodDisruptionBudget keeps on the node, with the budget's name;
+    /// their eviction is retried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<String>,
+    /// True when no evictable pod is left on the node.
+    #[serde(default)]
+    pub complete: bool,
 }
 
 /// The verdict on one GPU.
@@ -599,10 +623,16 @@ pub struct NodeRemediationState {
     pub action: RemediationAction,
     /// Id of the request sent to the node agent.
     pub request_id: String,
-    /// Phase of the current step.
+    /// Phase of the current step; `Failed` means the last step failed (ladder exhausted).
     pub phase: StepPhase,
     /// When the current step was requested.
     pub started_at: Time,
+    /// When the node agent reported the current step finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// What happened last (agent output, timeout, verification result).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// One action a controller took.

@@ -34,3 +34,9 @@ pub const NVIDIA_GPU_COUNT: &str = "nvidia.com/gpu.count";
 pub const NVIDIA_GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// Finalizer Gryvia controllers put on objects whose deletion needs cleanup.
 pub const FINALIZER: &str = "gryvia.io/cleanup";
+/// Annotation on a node in manual maintenance (`gryvia maintenance start`), with the reason.
+/// While it is set, no controller uncordons the node.
+pub const MAINTENANCE: &str = "gryvia.io/maintenance";
+/// Annotation on a node cordoned by `gryvia maintenance start`: the node was schedulable
+/// before, so `gryvia maintenance end` uncordons it.
+pub const MAINTENANCE_CORDONED: &str = "gryvia.io/maintenance-cordoned";

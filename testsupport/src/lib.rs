@@ -264,3 +264,122 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Label every node of a [`KwokNodes`] group carries, with the group's id as value.
+pub const NODE_GROUP_LABEL: &str = "gryvia.io/e2e-group";
+/// Taint on every node of a [`KwokNodes`] group, so the scheduler keeps other tests' pods
+/// off them (tests bind their pods with `spec.nodeName`).
+pub const NODE_GROUP_TAINT: &str = "gryvia.io/e2e-only";
+
+/// Simulated GPU nodes of a test's own (KWOK manages every node of testenv), labelled
+/// `gryvia.io/e2e-group=<id>` and deleted on drop, also when the test panics.
+#[derive(Debug)]
+pub struct KwokNodes {
+    /// The group id (the value of [`NODE_GROUP_LABEL`]).
+    pub group: String,
+    /// Node names, `<group>-0` ..
+    pub names: Vec<String>,
+    kubeconfig: PathBuf,
+}
+
+impl KwokNodes {
+    /// Creates `count` nodes with `gpus` NVIDIA GPUs each and waits until they are Ready.
+    ///
+    /// # Errors
+    /// When a node cannot be created or does not become Ready within 60 s.
+    pub async fn create(
+        client: &kube::Client,
+        prefix: &str,
+        count: usize,
+        gpus: u32,
+    ) -> Result<Self> {
+        use k8s_openapi::api::core::v1::Node;
+        let Cluster::Ready { kubeconfig } = cluster() else {
+            bail!("no control plane")
+        };
+        let group = format!("{prefix}-{:06x}", rand_suffix() & 0xff_ffff);
+        let api: Api<Node> = Api::all(client.clone());
+        let mut names = Vec::new();
+        let nodes = KwokNodes {
+            group: group.clone(),
+            names: Vec::new(),
+            kubeconfig,
+        };
+        let mut nodes = nodes;
+        for i in 0..count {
+            let name = format!("{group}-{i}");
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    "labels": {
+                        "type": "kwok",
+                        NODE_GROUP_LABEL: group,
+                        "kubernetes.io/hostname": name,
+                        "nvidia.com/gpu.present": "true",
+                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                        "nvidia.com/gpu.count": gpus.to_string(),
+                    }
+                },
+                "spec": {"taints": [{"key": NODE_GROUP_TAINT, "value": group, "effect": "NoSchedule"}]},
+                "status": {
+                    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+                    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+                }
+            }))?;
+            api.create(&PostParams::default(), &node)
+                .await
+                .with_context(|| format!("create node {name}"))?;
+            names.push(name.clone());
+            nodes.names = names.clone();
+        }
+        for name in &names {
+            wait_for(
+                &format!("node {name} Ready"),
+                Duration::from_secs(60),
+                || {
+                    let api = api.clone();
+                    async move {
+                        let n = api.get(name).await.ok()?;
+                        n.status?
+                            .conditions?
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                            .then_some(())
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(nodes)
+    }
+
+    /// The label selector of the group, `gryvia.io/e2e-group=<id>`.
+    pub fn selector(&self) -> String {
+        format!("{NODE_GROUP_LABEL}={}", self.group)
+    }
+}
+
+impl Drop for KwokNodes {
+    fn drop(&mut self) {
+        let names = self.names.clone();
+        let kubeconfig = self.kubeconfig.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(client) = client_for(&kubeconfig).await {
+                    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+                    for n in names {
+                        let _ = api.delete(&n, &DeleteParams::background()).await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}

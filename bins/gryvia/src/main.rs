@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod health;
 mod output;
 mod tenant;
 
@@ -48,6 +49,21 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
     },
+    /// Show the health of GPU nodes (health checks, verdicts), storage and networks.
+    Health {
+        /// Only this part.
+        #[arg(value_enum)]
+        scope: Option<health::HealthScope>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
+    /// Show one object in detail.
+    #[command(subcommand)]
+    Get(health::GetCommand),
+    /// Take a node out of service (cordon, drain) and return it.
+    #[command(subcommand)]
+    Maintenance(health::MaintenanceCommand),
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -110,6 +126,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             budget,
             output,
         } => block_on(tenant::quota(&name, budget, output)),
+        Command::Health { scope, output } => block_on(health::health(scope, output)),
+        Command::Get(health::GetCommand::Node { name, output }) => {
+            block_on(health::get_node(&name, output))
+        }
+        Command::Maintenance(cmd) => block_on(health::maintenance(cmd)),
         Command::Install { timeout } => {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {

@@ -1,0 +1,407 @@
+//! `gryvia health`, `gryvia get node` and `gryvia maintenance`: flags and presentation; the
+//! work is in `gryvia_client::health`.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use gryvia_client::health::DrainProgress;
+use gryvia_types::{
+    GryviaGpuNode, GryviaHealthCheck, GryviaNetwork, GryviaStorage, Verdict, labels,
+};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use crate::output::{Output, Table, print_objects};
+
+/// What `gryvia health` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HealthScope {
+    /// GPU nodes and health checks.
+    Gpu,
+    /// Storage systems.
+    Storage,
+    /// Networks.
+    Network,
+}
+
+/// `gryvia get ...`.
+#[derive(Subcommand, Debug)]
+pub enum GetCommand {
+    /// One node: its GPUs as the agent last saw them, its verdicts and quarantine state.
+    Node {
+        /// Node name.
+        name: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+/// `gryvia maintenance ...`.
+#[derive(Subcommand, Debug)]
+pub enum MaintenanceCommand {
+    /// Cordon a node for maintenance and optionally drain it (Eviction API, respects PDBs).
+    Start {
+        /// Node name.
+        node: String,
+        /// Why (recorded on the node as the gryvia.io/maintenance annotation).
+        #[arg(long)]
+        reason: String,
+        /// Evict the node's pods (DaemonSet, mirror and finished pods stay).
+        #[arg(long)]
+        drain: bool,
+        /// Seconds to wait for the drain before giving up (the node stays cordoned).
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Return a node to service: uncordon it and remove the gryvia.io/gpu-unhealthy taint.
+    End {
+        /// Node name.
+        node: String,
+    },
+}
+
+fn verdict(v: Option<Verdict>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:?}"))
+}
+
+fn age(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> String {
+    t.map_or_else(
+        || "-".to_owned(),
+        |t| {
+            let s = jiff::Timestamp::now().as_second() - t.0.as_second();
+            if s < 120 {
+                format!("{s}s")
+            } else if s < 7200 {
+                format!("{}m", s / 60)
+            } else {
+                format!("{}h", s / 3600)
+            }
+        },
+    )
+}
+
+/// `gryvia health [gpu|storage|network]`.
+pub async fn health(scope: Option<HealthScope>, output: Output) -> anyhow::Result<()> {
+    let client = gryvia_client::connect().await?;
+    let all = scope.is_none();
+    let show = |s: HealthScope| all || scope == Some(s);
+    let lp = ListParams::default();
+    let mut sections = Vec::new();
+    let mut objects = Vec::new();
+    if show(HealthScope::Gpu) {
+        let mut checks = Api::<GryviaHealthCheck>::all(client.clone())
+            .list(&lp)
+            .await
+            .context("list GryviaHealthChecks")?
+            .items;
+        checks.sort_by_key(ResourceExt::name_any);
+        let mut nodes = Api::<GryviaGpuNode>::all(client.clone())
+            .list(&lp)
+            .await
+            .context("list GryviaGpuNodes")?
+            .items;
+        nodes.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
+        let mut t = Table::new(&[
+            "HEALTH CHECK",
+            "NODES",
+            "HEALTHY",
+            "WARNING",
+            "FAILED",
+            "UNKNOWN",
+            "QUARANTINED",
+            "LAST RUN",
+        ]);
+        for c in &checks {
+            let s = c.status.clone().unwrap_or_default();
+            t.row(vec![
+                c.name_any(),
+                s.nodes.len().to_string(),
+                s.summary.healthy.to_string(),
+                s.summary.warning.to_string(),
+                s.summary.failed.to_string(),
+                s.summary.unknown.to_string(),
+                s.summary.quarantined.to_string(),
+                age(s.last_run.as_ref()),
+            ]);
+        }
+        sections.push(t.render());
+        let mut t = Table::new(&["GPU NODE", "GPUS", "VERDICT", "SOURCE", "OBSERVED"]);
+        for n in &nodes {
+            let worst = checks
+                .iter()
+                .filter_map(|c| c.status.as_ref())
+                .flat_map(|s| s.nodes.iter())
+                .filter(|r| r.node == n.spec.node_name)
+                .map(|r| r.verdict)
+                .max_by_key(|v| match v {
+                    Verdict::Healthy => 0,
+                    Verdict::Warning => 1,
+                    Verdict::Unknown => 2,
+                    Verdict::Failed => 3,
+                });
+            let st = n.status.clone().unwrap_or_default();
+            t.row(vec![
+                n.spec.node_name.clone(),
+                st.gpu_count.unwrap_or(0).to_string(),
+                verdict(worst),
+                st.source.unwrap_or_else(|| "-".into()),
+                age(st.observed_at.as_ref()),
+            ]);
+        }
+        sections.push(t.render());
+        objects.push(serde_json::json!({"healthChecks": checks, "gpuNodes": nodes}));
+    }
+    if show(HealthScope::Storage) {
+        let items = Api::<GryviaStorage>::all(client.clone())
+            .list(&lp)
+            .await
+            .context("list GryviaStorages")?
+            .items;
+        let mut t = Table::new(&["STORAGE", "TYPE", "PHASE", "LATENCY", "CHECKED", "MESSAGE"]);
+        for s in &items {
+            let st = s.status.clone().unwrap_or_default();
+            t.row(vec![
+                s.name_any(),
+                serde_json::to_value(s.spec.type_)?
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_owned(),
+                st.phase
+                    .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
+                st.latency_millis
+                    .map_or_else(|| "-".into(), |l| format!("{l}ms")),
+                age(st.last_checked.as_ref()),
+                st.message.unwrap_or_default(),
+            ]);
+        }
+        sections.push(t.render());
+        objects.push(serde_json::json!({"storage": items}));
+    }
+    if show(HealthScope::Network) {
+        let items = Api::<GryviaNetwork>::all(client.clone())
+            .list(&lp)
+            .await
+            .context("list GryviaNetworks")?
+            .items;
+        let mut t = Table::new(&[
+            "NETWORK", "TYPE", "PHASE", "NODES", "DEGRADED", "GBPS", "CHECKED",
+        ]);
+        for n in &items {
+            let st = n.status.clone().unwrap_or_default();
+            t.row(vec![
+                n.name_any(),
+                serde_json::to_value(n.spec.type_)?
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_owned(),
+                st.phase
+                    .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
+                st.nodes_total.to_string(),
+                st.nodes_degraded.to_string(),
+                st.measured_bandwidth_gbps
+                    .map_or_else(|| "-".into(), |g| format!("{g:.1}")),
+                age(st.last_checked.as_ref()),
+            ]);
+        }
+        sections.push(t.render());
+        objects.push(serde_json::json!({"networks": items}));
+    }
+    match output {
+        Output::Table => crate::print_out(&sections.join("\n")),
+        _ => print_objects(&objects, output),
+    }
+}
+
+/// `gryvia get node NAME`.
+pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
+    let client = gryvia_client::connect().await?;
+    let report = gryvia_client::health::node_report(&client, name).await?;
+    if output != Output::Table {
+        let json = serde_json::json!({
+            "node": report.node.name_any(),
+            "unschedulable": report.node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            "taints": report.node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
+            "gpuNode": report.gpu_node,
+            "healthChecks": report.results.iter().map(|(c, r)| serde_json::json!({"healthCheck": c, "result": r})).collect::<Vec<_>>(),
+        });
+        return print_objects(&[json], output);
+    }
+    let info = gryvia_client::health::node_info(&report.node);
+    let mut out = format!(
+        "Node:          {}\nSchedulable:   {}\nQuarantined:   {}\nMaintenance:   {}\n",
+        info.name,
+        if info.unschedulable {
+            "no (cordoned)"
+        } else {
+            "yes"
+        },
+        info.quarantined_by
+            .as_ref()
+            .map_or_else(|| "no".to_owned(), |c| format!("yes, by health check {c}")),
+        report
+            .node
+            .annotations()
+            .get(labels::MAINTENANCE)
+            .map_or_else(|| "no".to_owned(), |r| format!("yes: {r}")),
+    );
+    match &report.gpu_node {
+        None => out.push_str("GPUs:          no GryviaGpuNode (no node agent reports this node)\n"),
+        Some(g) => {
+            let st = g.status.clone().unwrap_or_default();
+            out.push_str(&format!(
+                "Source:        {} (observed {} ago)\nDriver:        {} (CUDA {})\n\n",
+                st.source.clone().unwrap_or_else(|| "-".into()),
+                age(st.observed_at.as_ref()),
+                st.driver_version.clone().unwrap_or_else(|| "-".into()),
+                st.cuda_version.clone().unwrap_or_else(|| "-".into()),
+            ));
+            let mut t = Table::new(&[
+                "GPU",
+                "PRODUCT",
+                "TEMP",
+                "UTIL",
+                "MEMORY",
+                "ECC SBE/DBE",
+                "NVLINK",
+                "POWER",
+                "XID",
+            ]);
+            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+            for gpu in &st.gpus {
+                t.row(vec![
+                    gpu.index.to_string(),
+                    opt(gpu.product.clone()),
+                    opt(gpu.temperature_c.map(|v| format!("{v}C"))),
+                    opt(gpu.utilization_percent.map(|v| format!("{v}%"))),
+                    match (gpu.memory_used_mib, gpu.memory_total_mib) {
+                        (Some(u), Some(t)) => format!("{u}/{t} MiB"),
+                        _ => "-".into(),
+                    },
+                    format!(
+                        "{}/{}",
+                        opt(gpu.ecc_single_bit.map(|v| v.to_string())),
+                        opt(gpu.ecc_double_bit.map(|v| v.to_string()))
+                    ),
+                    gpu.nvlink.as_ref().map_or_else(
+                        || "-".into(),
+                        |l| format!("{}/{} up", l.links_up, l.links_total),
+                    ),
+                    opt(gpu.power_draw_watts.map(|v| format!("{v:.0}W"))),
+                    gpu.xid_events
+                        .iter()
+                        .map(|x| x.code.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ]);
+            }
+            out.push_str(&t.render());
+            if let Some(r) = &st.remediation_result {
+                out.push_str(&format!(
+                    "\nLast remediation: {:?} {:?} ({})\n",
+                    r.action,
+                    r.phase,
+                    r.message.clone().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    for (check, r) in &report.results {
+        out.push_str(&format!(
+            "\nHealth check {check}: {:?} (consecutive failures {})\n",
+            r.verdict, r.consecutive_failures
+        ));
+        for reason in &r.reasons {
+            out.push_str(&format!("  - {reason}\n"));
+        }
+        if let Some(rem) = &r.remediation {
+            out.push_str(&format!(
+                "  remediation: step {} {:?} {:?} {}\n",
+                rem.step_index + 1,
+                rem.action,
+                rem.phase,
+                rem.message
+            ));
+        }
+        if let Some(d) = &r.drain {
+            for b in &d.blocked {
+                out.push_str(&format!("  eviction blocked: {b}\n"));
+            }
+        }
+    }
+    crate::print_out(&out)
+}
+
+/// `gryvia maintenance start|end`.
+pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
+    let client = gryvia_client::connect().await?;
+    match cmd {
+        MaintenanceCommand::Start {
+            node,
+            reason,
+            drain,
+            timeout,
+        } => {
+            if reason.trim().is_empty() {
+                bail!("--reason must not be empty");
+            }
+            let was_schedulable =
+                gryvia_client::health::start_maintenance(&client, &node, &reason).await?;
+            println!(
+                "node {node} {} (reason: {reason})",
+                if was_schedulable {
+                    "cordoned"
+                } else {
+                    "was already cordoned"
+                }
+            );
+            if drain {
+                let mut last = String::new();
+                let result = gryvia_client::health::drain(
+                    &client,
+                    &node,
+                    Duration::from_secs(timeout),
+                    Duration::from_secs(2),
+                    |p| match p {
+                        DrainProgress::Evicted(pod) => println!("evicted {pod}"),
+                        DrainProgress::Blocked(pod) => println!(
+                            "eviction of {pod} blocked by a PodDisruptionBudget; retrying"
+                        ),
+                        DrainProgress::Waiting {
+                            evictable,
+                            blocked,
+                            terminating,
+                        } => {
+                            let line = format!(
+                                "waiting: {evictable} to evict, {blocked} blocked by a PodDisruptionBudget, {terminating} terminating"
+                            );
+                            if line != last {
+                                println!("{line}");
+                                last = line;
+                            }
+                        }
+                    },
+                )
+                .await;
+                match result {
+                    Ok(plan) => println!(
+                        "node {node} drained ({} pod(s) left alone: DaemonSet, mirror or finished)",
+                        plan.skipped.len()
+                    ),
+                    Err(e) => bail!("drain of {node} incomplete (the node stays cordoned): {e}"),
+                }
+            }
+            Ok(())
+        }
+        MaintenanceCommand::End { node } => {
+            let done = gryvia_client::health::end_maintenance(&client, &node).await?;
+            if done.is_empty() {
+                println!("node {node}: maintenance ended (nothing to undo)");
+            } else {
+                println!("node {node}: maintenance ended: {}", done.join(", "));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The observe half and the wiring of the GPU health controller that the gpu-operator runs,
+//! and the node operations of `gryvia maintenance` and `gryvia health`. The policy is in
+//! `gryvia_reconcile::health`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use gryvia_reconcile::health::{
+    DrainPlan, HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo, PdbInfo, PodInfo,
+    drain_plan,
+};
+use gryvia_types::labels;
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, StepPhase};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::apply::Executor;
+use crate::metrics::Metrics;
+use crate::runtime::{Context, Observe, run, spec_or_lifecycle};
+use crate::{Error, Result};
+
+fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let operation = operation.into();
+    move |source| Error::Api { operation, source }
+}
+
+/// What the health policy needs to know about a Node.
+pub fn node_info(node: &Node) -> NodeInfo {
+    let spec = node.spec.as_ref();
+    let gpu_capacity = node
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get(labels::NVIDIA_GPU_RESOURCE))
+        .and_then(|q| q.0.parse().ok())
+        .unwrap_or(0);
+    NodeInfo {
+        name: node.name_any(),
+        labels: node.labels().clone(),
+        gpu_capacity,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        quarantined_by: spec
+            .and_then(|s| s.taints.as_ref())
+            .and_then(|ts| {
+                ts.iter()
+                    .find(|t| t.key == labels::GPU_UNHEALTHY_TAINT && t.effect == "NoSchedule")
+            })
+            .map(|t| t.value.clone().unwrap_or_default()),
+        maintenance: node.annotations().contains_key(labels::MAINTENANCE),
+    }
+}
+
+/// What a drain needs to know about a Pod.
+pub fn pod_info(pod: &Pod) -> PodInfo {
+    PodInfo {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        labels: pod.labels().clone(),
+        owner_kind: pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.kind.clone()),
+        mirror: pod
+            .annotations()
+            .contains_key("kubernetes.io/config.mirror"),
+        phase: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+        terminating: pod.meta().deletion_timestamp.is_some(),
+    }
+}
+
+/// What a drain needs to know about a PodDisruptionBudget.
+pub fn pdb_info(pdb: &PodDisruptionBudget) -> PdbInfo {
+    PdbInfo {
+        namespace: pdb.namespace().unwrap_or_default(),
+        name: pdb.name_any(),
+        selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
+        disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+    }
+}
+
+/// The pods on `node` and the PodDisruptionBudgets of their namespaces.
+///
+/// # Errors
+/// [`Error::Api`] when a list fails.
+pub async fn pods_and_budgets(
+    client: &kube::Client,
+    node: &str,
+) -> Result<(Vec<PodInfo>, Vec<PdbInfo>)> {
+    let pods: Vec<PodInfo> = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(api_err(format!("list pods on node {node}")))?
+        .items
+        .iter()
+        .map(pod_info)
+        .collect();
+    let namespaces: BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
+    let mut pdbs = Vec::new();
+    for ns in namespaces {
+        pdbs.extend(
+            Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .map_err(api_err(format!("list pod disruption budgets in {ns}")))?
+                .items
+                .iter()
+                .map(pdb_info),
+        );
+    }
+    Ok((pods, pdbs))
+}
+
+/// Observes a health check: nodes and GryviaGpuNodes from the watch caches, and the pods and
+/// budgets of the nodes it quarantined.
+pub struct HealthObserver {
+    client: kube::Client,
+    nodes: Store<Node>,
+    gpu_nodes: Store<GryviaGpuNode>,
+    checks: Store<GryviaHealthCheck>,
+}
+
+#[async_trait::async_trait]
+impl Observe for HealthObserver {
+    type Object = GryviaHealthCheck;
+    type World = HealthWorld;
+
+    async fn observe(&self, hc: &GryviaHealthCheck) -> Result<HealthWorld> {
+        let name = hc.name_any();
+        let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| node_info(n)).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let gpu_nodes: BTreeMap<String, GryviaGpuNode> = self
+            .gpu_nodes
+            .state()
+            .iter()
+            .map(|g| (g.spec.node_name.clone(), (**g).clone()))
+            .collect();
+        let mut pods = BTreeMap::new();
+        let mut pdbs = Vec::new();
+        if hc.spec.on_failure.drain {
+            let mut seen = BTreeSet::new();
+            for n in nodes
+                .iter()
+                .filter(|n| n.quarantined_by.as_deref() == Some(name.as_str()))
+            {
+                let (p, b) = pods_and_budgets(&self.client, &n.name).await?;
+                for budget in b {
+                    if seen.insert((budget.namespace.clone(), budget.name.clone())) {
+                        pdbs.push(budget);
+                    }
+                }
+                pods.insert(n.name.clone(), p);
+            }
+        }
+        let remediating_elsewhere = self
+            .checks
+            .state()
+            .iter()
+            .filter(|other| other.name_any() != name)
+            .filter_map(|other| other.status.as_ref())
+            .flat_map(|s| s.nodes.iter())
+            .filter(|r| {
+                r.remediation
+                    .as_ref()
+                    .is_some_and(|s| s.phase != StepPhase::Failed)
+            })
+            .map(|r| r.node.clone())
+            .collect();
+        Ok(HealthWorld {
+            nodes,
+            gpu_nodes,
+            pods,
+            pdbs,
+            remediating_elsewhere,
+        })
+    }
+}
+
+/// A hash of a GryviaGpuNode's remediation result: the gpu-operator reacts at once when the
+/// agent reports on a step (other observations are read on the check's schedule).
+fn remediation_result_changed(g: &GryviaGpuNode) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    g.status
+        .as_ref()
+        .and_then(|s| s.remediation_result.as_ref())
+        .map(|r| (r.id.clone(), format!("{:?}", r.phase)))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Builds the GPU health controller; the returned closure starts it (each time this replica
+/// becomes leader).
+pub fn controllers(
+    client: kube::Client,
+    options: HealthOptions,
+    metrics: Metrics,
+) -> crate::runtime::Controllers {
+    Box::new(move || -> BoxFuture<'static, ()> {
+        let client = client.clone();
+        let metrics = metrics.clone();
+        Box::pin(async move {
+            let (nodes, node_writer) = reflector::store();
+            let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+                .default_backoff()
+                .reflect(node_writer)
+                .for_each(|_| futures::future::ready(()));
+            let (gpu_nodes, gpu_writer) = reflector::store();
+            let (checks, check_writer) = reflector::store();
+            let check_api: Api<GryviaHealthCheck> = Api::all(client.clone());
+            let check_events = watcher(check_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(check_writer)
+                .applied_objects()
+                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+            let all_checks = checks.clone();
+            let gpu_events = watcher(
+                Api::<GryviaGpuNode>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(gpu_writer)
+            .applied_objects()
+            .predicate_filter(remediation_result_changed, PredicateConfig::default());
+            let controller = Controller::for_stream(check_events, checks.clone()).watches_stream(
+                gpu_events,
+                move |_: GryviaGpuNode| {
+                    all_checks
+                        .state()
+                        .iter()
+                        .map(|c| ObjectRef::from_obj(c.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+            );
+            let reconciler = HealthCheckReconciler { options };
+            let executor = Executor::new(
+                client.clone(),
+                gryvia_reconcile::Reconcile::name(&reconciler),
+            );
+            let observer = HealthObserver {
+                client: client.clone(),
+                nodes: nodes.clone(),
+                gpu_nodes: gpu_nodes.clone(),
+                checks,
+            };
+            let ctx = Arc::new(Context::new(reconciler, observer, executor, metrics));
+            let controller = async move {
+                // Verdicts need the whole picture: wait for the caches before the first run.
+                let _ = nodes.wait_until_ready().await;
+                let _ = gpu_nodes.wait_until_ready().await;
+                run(controller, ctx).await;
+            };
+            futures::join!(node_stream, controller);
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manual maintenance (`gryvia maintenance start|end`)
+// ---------------------------------------------------------------------------------------------
+
+/// Field manager of node changes made by the CLI.
+pub const MAINTENANCE_MANAGER: &str = "gryvia-cli";
+
+/// Puts `node` into maintenance: annotates it with the reason and cordons it. Returns whether
+/// the node was schedulable before (then `end_maintenance` uncordons it).
+///
+/// # Errors
+/// [`Error::Api`] when the node cannot be read or patched (404 names the node).
+pub async fn start_maintenance(client: &kube::Client, node: &str, reason: &str) -> Result<bool> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes
+        .get(node)
+        .await
+        .map_err(api_err(format!("read node {node}")))?;
+    let was_schedulable = !current
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let already = current
+        .annotations()
+        .get(labels::MAINTENANCE_CORDONED)
+        .is_some_and(|v| v == "true");
+    let patch = json!({
+        "metadata": { "annotations": {
+            labels::MAINTENANCE: reason,
+            labels::MAINTENANCE_CORDONED: if was_schedulable || already { "true" } else { "false" },
+        }},
+        "spec": { "unschedulable": true }
+    });
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api_err(format!("cordon node {node}")))?;
+    Ok(was_schedulable)
+}
+
+/// Ends maintenance of `node`: removes the annotations and uncordons the node when maintenance
+/// cordoned it, and removes the `gryvia.io/gpu-unhealthy` taint (a human returning the node to
+/// service after repairing it). Returns what was done, one line each.
+///
+/// # Errors
+/// [`Error::Api`] when the node cannot be read or patched.
+pub async fn end_maintenance(client: &kube::Client, node: &str) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes
+        .get(node)
+        .await
+        .map_err(api_err(format!("read node {node}")))?;
+    let mut done = Vec::new();
+    let cordoned_by_us = current
+        .annotations()
+        .get(labels::MAINTENANCE_CORDONED)
+        .is_none_or(|v| v == "true");
+    let info = node_info(&current);
+    let mut taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let before = taints.len();
+    taints.retain(|t| t.key != labels::GPU_UNHEALTHY_TAINT);
+    if taints.len() != before {
+        done.push(format!(
+            "removed taint {}={}",
+            labels::GPU_UNHEALTHY_TAINT,
+            info.quarantined_by.unwrap_or_default()
+        ));
+    }
+    let uncordon = info.unschedulable && cordoned_by_us;
+    if uncordon {
+        done.push("uncordoned".to_owned());
+    }
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": current.resource_version(),
+            "annotations": { labels::MAINTENANCE: null, labels::MAINTENANCE_CORDONED: null }
+        },
+        "spec": { "taints": taints, "unschedulable": if uncordon { false } else { info.unschedulable } }
+    });
+    nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(api_err(format!("update node {node}")))?;
+    Ok(done)
+}
+
+/// Progress of a drain, reported after every round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainProgress {
+    /// This pod's eviction was accepted.
+    Evicted(String),
+    /// A PodDisruptionBudget refused this pod's eviction (429); retried.
+    Blocked(String),
+    /// Pods still on the node after a round: evictable, blocked, terminating.
+    Waiting {
+        /// Pods whose eviction is still to be requested.
+        evictable: usize,
+        /// Pods a budget keeps.
+        blocked: usize,
+        /// Pods on their way out.
+        terminating: usize,
+    },
+}
+
+/// Drains `node` through the Eviction API (PodDisruptionBudgets are honoured; nothing is
+/// deleted directly), calling `progress` as it goes, until no evictable pod is left or
+/// `timeout` passes. Returns the final plan (empty when drained).
+///
+/// # Errors
+/// [`Error::Api`] on an API failure other than a budget refusing an eviction;
+/// [`Error::Timeout`] naming the pods still there when `timeout` passes.
+pub async fn drain(
+    client: &kube::Client,
+    node: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut progress: impl FnMut(&DrainProgress),
+) -> Result<DrainPlan> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut reported: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let (pods, pdbs) = pods_and_budgets(client, node).await?;
+        let plan = drain_plan(&pods, &pdbs);
+        if plan.complete() {
+            return Ok(plan);
+        }
+        // Every evictable or blocked pod is asked to leave: the API server decides with the
+        // budget's current state, which may have changed since it was read.
+        let mut ask: Vec<(String, String)> = plan
+            .evict
+            .iter()
+            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .collect();
+        for b in &plan.blocked {
+            if let Some((ns, rest)) = b.split_once('/') {
+                let name = rest.split(' ').next().unwrap_or(rest);
+                ask.push((ns.to_owned(), name.to_owned()));
+            }
+        }
+        for (ns, name) in ask {
+            let key = format!("{ns}/{name}");
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            match api.evict(&name, &EvictParams::default()).await {
+                Ok(_) => progress(&DrainProgress::Evicted(key)),
+                Err(kube::Error::Api(s)) if s.code == 429 => {
+                    if reported.insert(key.clone()) {
+                        progress(&DrainProgress::Blocked(key));
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Api {
+                        operation: format!("evict pod {key}"),
+                        source,
+                    });
+                }
+            }
+        }
+        progress(&DrainProgress::Waiting {
+            evictable: plan.evict.len(),
+            blocked: plan.blocked.len(),
+            terminating: plan.terminating.len(),
+        });
+        if tokio::time::Instant::now() >= deadline {
+            let mut left: Vec<String> = plan.evict.iter().map(PodInfo::key).collect();
+            left.extend(plan.blocked.iter().cloned());
+            left.extend(plan.terminating.iter().cloned());
+            return Err(Error::Timeout {
+                what: format!("node {node} to drain; still there: {}", left.join(", ")),
+                after: timeout,
+            });
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// A node with its GryviaGpuNode and the verdicts health checks gave it.
+#[derive(Clone, Debug)]
+pub struct NodeReport {
+    /// The Node.
+    pub node: Node,
+    /// Its GryviaGpuNode, if an agent reports it.
+    pub gpu_node: Option<GryviaGpuNode>,
+    /// `(health check, result)` for every check that covers the node.
+    pub results: Vec<(String, gryvia_types::NodeHealthResult)>,
+}
+
+/// Reads `node`, its GryviaGpuNode and its results in every health check.
+///
+/// # Errors
+/// [`Error::Api`] when a read fails (404 names the node).
+pub async fn node_report(client: &kube::Client, node: &str) -> Result<NodeReport> {
+    let n = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .map_err(api_err(format!("read node {node}")))?;
+    let gpu_nodes = Api::<GryviaGpuNode>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list GryviaGpuNodes"))?;
+    let gpu_node = gpu_nodes
+        .items
+        .into_iter()
+        .find(|g| g.spec.node_name == node);
+    let checks = Api::<GryviaHealthCheck>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list GryviaHealthChecks"))?;
+    let mut results = Vec::new();
+    for c in checks.items {
+        let name = c.name_any();
+        if let Some(r) = c
+            .status
+            .and_then(|s| s.nodes.into_iter().find(|r| r.node == node))
+        {
+            results.push((name, r));
+        }
+    }
+    Ok(NodeReport {
+        node: n,
+        gpu_node,
+        results,
+    })
+}
