@@ -64,7 +64,7 @@ pub struct Sample {
 }
 
 /// Where observations come from.
-pub trait GpuSource: Send {
+pub trait GpuSource: Send + Sync {
     /// `nvml` or `file:<path>`, written to `status.source`.
     fn describe(&self) -> String;
     /// Reads the GPUs now.

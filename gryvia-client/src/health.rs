@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use gryvia_reconcile::health::{
     DrainPlan, HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo, PdbInfo, PodInfo,
     drain_plan,
@@ -140,6 +140,22 @@ impl Observe for HealthObserver {
 
     async fn observe(&self, hc: &GryviaHealthCheck) -> Result<HealthWorld> {
         let name = hc.name_any();
+        // Verdicts need the whole picture. The GryviaGpuNode watch is driven by the
+        // controller itself, so its cache fills while the first reconcile waits here.
+        for ready in [
+            self.nodes.wait_until_ready().boxed(),
+            self.gpu_nodes.wait_until_ready().boxed(),
+        ] {
+            if tokio::time::timeout(Duration::from_secs(30), ready)
+                .await
+                .is_err()
+            {
+                return Err(Error::Timeout {
+                    what: "the node and GryviaGpuNode caches to fill".to_owned(),
+                    after: Duration::from_secs(30),
+                });
+            }
+        }
         let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| node_info(n)).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let gpu_nodes: BTreeMap<String, GryviaGpuNode> = self
@@ -252,18 +268,12 @@ pub fn controllers(
             );
             let observer = HealthObserver {
                 client: client.clone(),
-                nodes: nodes.clone(),
-                gpu_nodes: gpu_nodes.clone(),
+                nodes,
+                gpu_nodes,
                 checks,
             };
             let ctx = Arc::new(Context::new(reconciler, observer, executor, metrics));
-            let controller = async move {
-                // Verdicts need the whole picture: wait for the caches before the first run.
-                let _ = nodes.wait_until_ready().await;
-                let _ = gpu_nodes.wait_until_ready().await;
-                run(controller, ctx).await;
-            };
-            futures::join!(node_stream, controller);
+            futures::join!(node_stream, run(controller, ctx));
         })
     })
 }

@@ -1,0 +1,579 @@
+//! End-to-end: the gpu-operator binary against a real control plane (testenv/), with node
+//! agents replaying traces for KWOK GPU nodes the tests create.
+//!
+//! The agents run in the test process (the same `gryvia_client::gpu_agent::Agent` the
+//! `gryvia-node-agent` binary runs, with the dry-run executor recording commands to a file);
+//! the operator runs as its own process. Tests here run one at a time (a static lock).
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use gryvia_client::gpu_agent::{Agent, AgentConfig, DryRunExecutor, TraceSource};
+use gryvia_testsupport::{KwokNodes, TestNamespace, wait_for};
+use gryvia_types::{GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static PORT: AtomicU16 = AtomicU16::new(18280);
+
+fn log_dir() -> PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/e2e-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The operator process, killed when dropped.
+struct Operator(Child);
+
+impl Operator {
+    fn start(lease_namespace: &str, name: &str) -> Operator {
+        let kubeconfig = match gryvia_testsupport::cluster() {
+            gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
+            gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
+        };
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let log =
+            std::fs::File::create(log_dir().join(format!("gpu-operator-{name}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gryvia-gpu-operator"))
+            .args(["--gpu-health", "--gpu-remediation"])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--lease-namespace", lease_namespace, "--identity", name])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Operator(child)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Node agents in this process, stopped when dropped.
+struct Agents(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+fn write_trace(test: &str, node: &str, yaml: &str) -> PathBuf {
+    let path = log_dir().join(format!("trace-{test}-{node}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// Starts an agent per `(node, trace)`, reporting every second, with a dry-run executor that
+/// appends to `log` and takes a second per step.
+fn start_agents(
+    client: &kube::Client,
+    traces: &[(String, PathBuf)],
+    log: &std::path::Path,
+) -> Agents {
+    let mut handles = Vec::new();
+    for (node, trace) in traces {
+        let source = TraceSource::open(trace, node).unwrap();
+        let executor = Arc::new(DryRunExecutor {
+            log: Some(log.to_owned()),
+            duration: Duration::from_secs(1),
+        });
+        let agent = Agent::new(
+            client.clone(),
+            AgentConfig {
+                node: node.clone(),
+                interval: Duration::from_secs(1),
+                once: false,
+            },
+            Box::new(source),
+            executor,
+        );
+        handles.push(tokio::spawn(async move {
+            agent.run(std::future::pending()).await.unwrap();
+        }));
+    }
+    Agents(handles)
+}
+
+const HEALTHY: &str = "gpuCount: 4\nframes:\n  - gpus: []\n";
+const ECC_THEN_RECOVER_AFTER_RESET: &str = r"
+gpuCount: 4
+frames:
+  - gpus:
+      - {index: 2, eccDoubleBit: 4, xidEvents: [{code: 48}]}
+afterRemediation:
+  gpu-reset:
+    - gpus: []
+";
+const ECC_FOREVER: &str = r"
+gpuCount: 4
+frames:
+  - gpus:
+      - {index: 1, eccDoubleBit: 2}
+";
+
+struct Setup {
+    client: kube::Client,
+    ns: TestNamespace,
+    _operator: Operator,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    async fn new(name: &str) -> Option<Setup> {
+        let client = gryvia_testsupport::client().await?;
+        let serial = SERIAL.lock().await;
+        gryvia_client::crds::install(&client, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let ns = TestNamespace::create(&client, "health").await.unwrap();
+        let operator = Operator::start(&ns.name, name);
+        Some(Setup {
+            client,
+            ns,
+            _operator: operator,
+            _serial: serial,
+        })
+    }
+}
+
+async fn create_check(
+    client: &kube::Client,
+    name: &str,
+    nodes: &KwokNodes,
+    spec: serde_json::Value,
+) -> Api<GryviaHealthCheck> {
+    let api: Api<GryviaHealthCheck> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    let mut spec = spec;
+    spec["target"] = json!({"type": "selector", "nodeSelector": {gryvia_testsupport::NODE_GROUP_LABEL: nodes.group}});
+    let hc: GryviaHealthCheck = serde_json::from_value(json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaHealthCheck",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &hc).await.unwrap();
+    api
+}
+
+async fn result(api: &Api<GryviaHealthCheck>, check: &str, node: &str) -> Option<NodeHealthResult> {
+    api.get(check)
+        .await
+        .ok()?
+        .status?
+        .nodes
+        .into_iter()
+        .find(|r| r.node == node)
+}
+
+fn quarantine_of(n: &Node) -> (bool, Option<String>) {
+    let spec = n.spec.clone().unwrap_or_default();
+    (
+        spec.unschedulable.unwrap_or(false),
+        spec.taints
+            .unwrap_or_default()
+            .into_iter()
+            .find(|t| t.key == labels::GPU_UNHEALTHY_TAINT)
+            .and_then(|t| t.value),
+    )
+}
+
+async fn node_state(client: &kube::Client, node: &str) -> (bool, Option<String>) {
+    quarantine_of(&Api::<Node>::all(client.clone()).get(node).await.unwrap())
+}
+
+async fn bind_pod(client: &kube::Client, ns: &str, name: &str, node: &str, app: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "registry.invalid/idle:1"}]
+        }
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+async fn pdb(client: &kube::Client, ns: &str, name: &str, app: &str) -> Api<PodDisruptionBudget> {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pdb).await.unwrap();
+    api
+}
+
+async fn pod_gone(client: &kube::Client, ns: &str, name: &str) -> bool {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_brings_it_back() {
+    let Some(s) = Setup::new("recover").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "ghc-rec", 2, 4).await.unwrap();
+    let (bad, good) = (nodes.names[0].clone(), nodes.names[1].clone());
+    let ns = s.ns.name.clone();
+    bind_pod(&s.client, &ns, "train", &bad, "train").await;
+    bind_pod(&s.client, &ns, "serve", &bad, "serve").await;
+    bind_pod(&s.client, &ns, "bystander", &good, "bystander").await;
+    let pdbs = pdb(&s.client, &ns, "serve-pdb", "serve").await;
+    let log = log_dir().join("dry-run-recover.log");
+    let _ = std::fs::remove_file(&log);
+    let _agents = start_agents(
+        &s.client,
+        &[
+            (
+                bad.clone(),
+                write_trace("recover", &bad, ECC_THEN_RECOVER_AFTER_RESET),
+            ),
+            (good.clone(), write_trace("recover", &good, HEALTHY)),
+        ],
+        &log,
+    );
+    let check = format!("e2e-{}", nodes.group);
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "*/2 * * * * *",
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}},
+                       {"name": "xid", "type": "gpu-xid"}],
+            "onFailure": {"cordon": true, "drain": true, "alert": true, "autoRemediate": true, "consecutiveFailures": 2},
+            "remediation": {"steps": ["gpu-reset"], "stepTimeoutSeconds": 30},
+            "maxQuarantinedPercent": 50
+        }),
+    )
+    .await;
+
+    // Quarantined: cordoned and tainted with the check's name; the healthy node untouched.
+    let c = s.client.clone();
+    let b = bad.clone();
+    wait_for(
+        "the bad node to be quarantined",
+        Duration::from_secs(60),
+        || {
+            let (c, b) = (c.clone(), b.clone());
+            async move { (node_state(&c, &b).await.1.is_some()).then_some(()) }
+        },
+    )
+    .await
+    .unwrap();
+    let (cordoned, by) = node_state(&s.client, &bad).await;
+    assert!(cordoned);
+    assert_eq!(by.as_deref(), Some(check.as_str()));
+    assert_eq!(node_state(&s.client, &good).await, (false, None));
+    let r = result(&api, &check, &bad).await.unwrap();
+    assert_eq!(r.verdict, Verdict::Failed);
+    assert!(
+        r.consecutive_failures >= 2,
+        "acted only after two failing runs: {r:?}"
+    );
+    assert!(
+        r.reasons
+            .iter()
+            .any(|l| l.contains("gpu 2: ecc: uncorrected ECC errors 4 above max 0")),
+        "{:?}",
+        r.reasons
+    );
+    assert!(
+        r.reasons.iter().any(|l| l.contains("XID 48")),
+        "{:?}",
+        r.reasons
+    );
+
+    // Drained through the Eviction API: train goes, serve stays (its PDB allows no disruption)
+    // and the block is reported in the status and as an Event.
+    let (c, n) = (s.client.clone(), ns.clone());
+    wait_for("train to be evicted", Duration::from_secs(30), || {
+        let (c, n) = (c.clone(), n.clone());
+        async move { pod_gone(&c, &n, "train").await.then_some(()) }
+    })
+    .await
+    .unwrap();
+    let (a, ch, b) = (api.clone(), check.clone(), bad.clone());
+    let blocked = wait_for(
+        "the blocked eviction to be reported",
+        Duration::from_secs(30),
+        || {
+            let (a, ch, b) = (a.clone(), ch.clone(), b.clone());
+            async move {
+                let d = result(&a, &ch, &b).await?.drain?;
+                (!d.blocked.is_empty()).then_some(d.blocked)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(blocked, vec![format!("{ns}/serve (pdb serve-pdb)")]);
+    assert!(
+        !pod_gone(&s.client, &ns, "serve").await,
+        "a PDB-protected pod is never deleted"
+    );
+    assert!(!pod_gone(&s.client, &ns, "bystander").await);
+    let events = Api::<Event>::all(s.client.clone())
+        .list(&ListParams::default().fields(&format!("regarding.name={check}")))
+        .await
+        .unwrap();
+    let reasons: Vec<String> = events
+        .items
+        .iter()
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    for reason in ["GpuUnhealthy", "Quarantine", "EvictionBlocked"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event in {reasons:?}"
+        );
+    }
+    // No remediation while a pod is still on the node.
+    assert!(
+        result(&api, &check, &bad)
+            .await
+            .unwrap()
+            .remediation
+            .is_none()
+    );
+
+    // The budget goes: serve is evicted, the drain completes, the GPU reset runs (dry run),
+    // the trace recovers, and a passing check releases the node.
+    pdbs.delete("serve-pdb", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (c, b) = (s.client.clone(), bad.clone());
+    wait_for("the node to be released", Duration::from_secs(90), || {
+        let (c, b) = (c.clone(), b.clone());
+        async move { (node_state(&c, &b).await == (false, None)).then_some(()) }
+    })
+    .await
+    .unwrap();
+    assert!(pod_gone(&s.client, &ns, "serve").await);
+    let status = api.get(&check).await.unwrap().status.unwrap();
+    let actions: Vec<&str> = status
+        .actions
+        .iter()
+        .filter(|a| a.node == bad)
+        .map(|a| a.action.as_str())
+        .collect();
+    let expected = [
+        "Quarantine",
+        "Evict",
+        "EvictionBlocked",
+        "Evict",
+        "Drained",
+        "GpuReset",
+        "GpuResetSucceeded",
+        "Recovered",
+    ];
+    assert_eq!(actions, expected, "{:#?}", status.actions);
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].ends_with(&format!("{bad} gpu-reset nvidia-smi --gpu-reset -i 2")),
+        "{log}"
+    );
+    assert!(!status.nodes.iter().any(|r| r.quarantined));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_observations_are_unknown_and_never_trigger_remediation() {
+    let Some(s) = Setup::new("stale").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "ghc-stale", 1, 4)
+        .await
+        .unwrap();
+    let node = nodes.names[0].clone();
+    // A frozen reading: failing values, observed ten minutes ago.
+    let trace = "gpuCount: 4\nframes:\n  - observedAgeSeconds: 600\n    gpus: [{index: 0, eccDoubleBit: 9}]\n";
+    let log = log_dir().join("dry-run-stale.log");
+    let _ = std::fs::remove_file(&log);
+    let _agents = start_agents(
+        &s.client,
+        &[(node.clone(), write_trace("stale", &node, trace))],
+        &log,
+    );
+    let check = format!("e2e-{}", nodes.group);
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "* * * * * *",
+            "staleAfterSeconds": 300,
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "drain": true, "autoRemediate": true, "consecutiveFailures": 1},
+            "remediation": {},
+            "maxQuarantinedPercent": 100
+        }),
+    )
+    .await;
+    // Several runs pass with the node Unknown.
+    let mut runs = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while runs.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than five runs in 40s"
+        );
+        if let Some(st) = api.get(&check).await.unwrap().status
+            && let Some(r) = st.nodes.first()
+            && r.reasons.iter().any(|x| x.contains("observation is"))
+        {
+            assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
+            runs.extend(st.last_run.map(|t| t.0));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let r = result(&api, &check, &node).await.unwrap();
+    assert_eq!(r.verdict, Verdict::Unknown);
+    assert!(
+        r.reasons[0].contains("staleAfterSeconds 300"),
+        "{:?}",
+        r.reasons
+    );
+    assert_eq!(r.consecutive_failures, 0);
+    assert!(!r.quarantined && r.remediation.is_none());
+    assert_eq!(node_state(&s.client, &node).await, (false, None));
+    assert!(!log.exists(), "no remediation command ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
+    let Some(s) = Setup::new("ladder").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "ghc-lad", 3, 4).await.unwrap();
+    let log = log_dir().join("dry-run-ladder.log");
+    let _ = std::fs::remove_file(&log);
+    let traces: Vec<(String, PathBuf)> = nodes
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.clone(),
+                write_trace("ladder", n, if i < 2 { ECC_FOREVER } else { HEALTHY }),
+            )
+        })
+        .collect();
+    let _agents = start_agents(&s.client, &traces, &log);
+    let check = format!("e2e-{}", nodes.group);
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "*/2 * * * * *",
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "autoRemediate": true, "consecutiveFailures": 1},
+            "remediation": {"stepTimeoutSeconds": 20, "maxConcurrentNodes": 1, "rebootMethod": "kured"},
+            "maxQuarantinedPercent": 100
+        }),
+    )
+    .await;
+    let (a, ch) = (api.clone(), check.clone());
+    let bad = [nodes.names[0].clone(), nodes.names[1].clone()];
+    let b = bad.clone();
+    wait_for(
+        "both failing nodes to exhaust the ladder",
+        Duration::from_secs(150),
+        || {
+            let (a, ch, b) = (a.clone(), ch.clone(), b.clone());
+            async move {
+                let st = a.get(&ch).await.ok()?.status?;
+                b.iter()
+                    .all(|n| {
+                        st.nodes.iter().any(|r| {
+                            &r.node == n
+                                && r.remediation
+                                    .as_ref()
+                                    .is_some_and(|m| m.phase == StepPhase::Failed)
+                        })
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // Both stay quarantined for a human; the healthy node was never touched.
+    for n in &bad {
+        assert_eq!(node_state(&s.client, n).await, (true, Some(check.clone())));
+    }
+    assert_eq!(node_state(&s.client, &nodes.names[2]).await, (false, None));
+
+    // The recorded commands: per node, reset, reload, reboot in that order; the second node's
+    // first step starts after the first node's last step finished.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut steps: Vec<(jiff::Timestamp, jiff::Timestamp, String, String)> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.splitn(5, ' ').collect();
+        let step = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].to_owned(),
+            f[3].to_owned(),
+        );
+        if !steps.contains(&step) {
+            steps.push(step);
+        }
+    }
+    assert_eq!(steps.len(), 6, "{text}");
+    let first = steps[0].2.clone();
+    let order: Vec<(String, String)> = steps.iter().map(|s| (s.2.clone(), s.3.clone())).collect();
+    let second = bad.iter().find(|n| **n != first).unwrap().clone();
+    let expect =
+        |n: &str| ["gpu-reset", "driver-reload", "reboot"].map(|a| (n.to_owned(), a.to_owned()));
+    let mut expected: Vec<(String, String)> = expect(&first).to_vec();
+    expected.extend(expect(&second));
+    assert_eq!(order, expected, "{text}");
+    assert!(steps[3].0 >= steps[2].1, "one node at a time: {text}");
+    assert!(text.contains("touch /var/run/reboot-required"), "{text}");
+    assert!(
+        text.contains("modprobe -r nvidia_uvm nvidia_drm nvidia_modeset nvidia"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{first} gpu-reset nvidia-smi --gpu-reset -i 1")),
+        "{text}"
+    );
+    let st = api.get(&check).await.unwrap().status.unwrap();
+    let exhausted = st
+        .actions
+        .iter()
+        .filter(|a| a.action == "RemediationExhausted")
+        .count();
+    assert_eq!(exhausted, 2, "{:#?}", st.actions);
+}
