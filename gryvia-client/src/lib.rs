@@ -159,8 +159,17 @@ where
 
 /// Connects to the cluster the way kubectl does (in-cluster, `KUBECONFIG`, `~/.kube/config`).
 ///
+/// kube's built-in retry of 429 responses is turned off: the Eviction API answers 429 when a
+/// PodDisruptionBudget refuses an eviction, and retrying that inside one request stalled a
+/// drain for minutes (found by `e2e_maintenance`). Failed calls are retried where it belongs:
+/// the controller runtime's per-object backoff, and the drain loop's next round.
+///
 /// # Errors
 /// [`Error::Config`] when no configuration is found or it is unusable.
 pub async fn connect() -> Result<kube::Client> {
-    kube::Client::try_default().await.map_err(Error::Config)
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Config(kube::Error::InferConfig(e)))?;
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(Error::Config)
 }

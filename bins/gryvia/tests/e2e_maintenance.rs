@@ -1,0 +1,186 @@
+//! End-to-end: `gryvia maintenance`, `gryvia get node` and `gryvia health` against a real
+//! control plane (testenv/), on KWOK GPU nodes of the test's own.
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::process::{Command, Output};
+
+use gryvia_testsupport::{KwokNodes, TestNamespace};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+fn gryvia(args: &[&str]) -> Output {
+    let kubeconfig = match gryvia_testsupport::cluster() {
+        gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
+        gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
+    };
+    Command::new(env!("CARGO_BIN_EXE_gryvia"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+async fn bind_pod(client: &kube::Client, ns: &str, name: &str, node: &str, app: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "registry.invalid/idle:1"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+async fn gone(client: &kube::Client, ns: &str, name: &str) -> bool {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(&client, "maint").await.unwrap();
+    let nodes = KwokNodes::create(&client, "maint", 1, 8).await.unwrap();
+    let node = nodes.names[0].clone();
+    bind_pod(&client, &ns.name, "train", &node, "train").await;
+    bind_pod(&client, &ns.name, "serve", &node, "serve").await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns.name);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "serve-pdb"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    // The budget blocks one pod: the drain evicts the other, reports the block, gives up at
+    // the timeout with a non-zero exit, and leaves the node cordoned.
+    let out = gryvia(&[
+        "maintenance",
+        "start",
+        &node,
+        "--reason",
+        "gpu-reset",
+        "--drain",
+        "--timeout",
+        "6",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("node {node} cordoned (reason: gpu-reset)")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("evicted {}/train", ns.name)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "eviction of {}/serve blocked by a PodDisruptionBudget; retrying",
+            ns.name
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 blocked by a PodDisruptionBudget"),
+        "{stdout}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("drain of") && stderr.contains("incomplete (the node stays cordoned)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{}/serve (pdb serve-pdb)", ns.name)),
+        "{stderr}"
+    );
+    assert!(gone(&client, &ns.name, "train").await);
+    assert!(
+        !gone(&client, &ns.name, "serve").await,
+        "never deleted past its budget"
+    );
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    assert_eq!(n.spec.unwrap().unschedulable, Some(true));
+
+    let (stdout, _) = text(&gryvia(&["get", "node", &node]));
+    assert!(stdout.contains("Schedulable:   no (cordoned)"), "{stdout}");
+    assert!(stdout.contains("Maintenance:   yes: gpu-reset"), "{stdout}");
+    assert!(stdout.contains("no GryviaGpuNode"), "{stdout}");
+
+    // Without the budget the drain completes.
+    pdbs.delete("serve-pdb", &DeleteParams::default())
+        .await
+        .unwrap();
+    let out = gryvia(&[
+        "maintenance",
+        "start",
+        &node,
+        "--reason",
+        "gpu-reset",
+        "--drain",
+        "--timeout",
+        "60",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("was already cordoned"), "{stdout}");
+    assert!(stdout.contains(&format!("node {node} drained")), "{stdout}");
+    assert!(gone(&client, &ns.name, "serve").await);
+
+    // End: uncordoned, annotations gone; a taint a health check left is removed too.
+    let out = gryvia(&["maintenance", "end", &node]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("uncordoned"), "{stdout}");
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    assert_ne!(n.spec.unwrap().unschedulable, Some(true));
+    assert!(
+        n.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("gryvia.io/maintenance")
+            .is_none()
+    );
+
+    let out = gryvia(&["health", "gpu"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(text(&out).0.contains("HEALTH CHECK"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_of_an_unknown_node_fails_in_one_line() {
+    let Some(_client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let out = gryvia(&["maintenance", "start", "no-such-node", "--reason", "x"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("read node no-such-node") && stderr.contains("not found"),
+        "{stderr}"
+    );
+    let out = gryvia(&["get", "node", "no-such-node"]);
+    assert!(!out.status.success());
+    assert_eq!(text(&out).1.lines().count(), 1);
+}
