@@ -866,7 +866,12 @@ impl Reconcile for HealthCheckReconciler {
                 for pod in &dp.evict {
                     let key = pod.key();
                     if !prev.evicting.contains(&key) {
-                        run.record(&r.node, "Evict", format!("evicting pod {key}"), None);
+                        run.record(
+                            &r.node,
+                            "Evict",
+                            format!("evicting pod {key}"),
+                            Some(EventType::Normal),
+                        );
                     }
                     run.plan.evictions.push(Eviction {
                         namespace: pod.namespace.clone(),

@@ -26,9 +26,24 @@ struct Flags {
     operator: OperatorFlags,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    init_logging(&flags.operator.log_format);
+    init_logging(log_format(&flags));
+    match run(flags) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whatever RUST_BACKTRACE says.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn log_format(flags: &Flags) -> &str {
+    &flags.operator.log_format
+}
+
+fn run(flags: Flags) -> anyhow::Result<()> {
     if !flags.gpu_health {
         anyhow::bail!(
             "nothing to run: GPU health evaluation is opt-in, start with --gpu-health (and --gpu-remediation to act on failures)"

@@ -50,9 +50,24 @@ struct Flags {
     log_format: String,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    init_logging(&flags.log_format);
+    init_logging(log_format(&flags));
+    match run(flags) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whatever RUST_BACKTRACE says.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn log_format(flags: &Flags) -> &str {
+    &flags.log_format
+}
+
+fn run(flags: Flags) -> anyhow::Result<()> {
     if flags.interval == 0 || flags.interval > 3600 {
         anyhow::bail!("--interval must be 1-3600 seconds, got {}", flags.interval);
     }

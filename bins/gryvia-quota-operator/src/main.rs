@@ -21,9 +21,24 @@ struct Flags {
     operator: OperatorFlags,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    init_logging(&flags.operator.log_format);
+    init_logging(log_format(&flags));
+    match run(flags) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, whatever RUST_BACKTRACE says.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn log_format(flags: &Flags) -> &str {
+    &flags.operator.log_format
+}
+
+fn run(flags: Flags) -> anyhow::Result<()> {
     flags.operator.lease("gryvia-quota-operator")?;
     let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
     rt.block_on(async {

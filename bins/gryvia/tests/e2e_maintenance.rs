@@ -155,11 +155,10 @@ async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
     assert_ne!(n.spec.unwrap().unschedulable, Some(true));
     assert!(
-        n.metadata
+        !n.metadata
             .annotations
             .unwrap_or_default()
-            .get("gryvia.io/maintenance")
-            .is_none()
+            .contains_key("gryvia.io/maintenance")
     );
 
     let out = gryvia(&["health", "gpu"]);

@@ -1,0 +1,241 @@
+//! `health-load`: detect-to-cordon latency of the gpu-operator on a fleet of KWOK GPU nodes.
+//!
+//! Against a running testenv (`testenv/up --nodes 500`) and a running
+//! `gryvia-gpu-operator --gpu-health --gpu-remediation`, this tool plays the node agents of
+//! every `gryvia.io/testenv=true` node (it writes their GryviaGpuNode status the way
+//! `gryvia-node-agent` does, rendered from the same trace format), creates a health check that
+//! runs every second, then makes nodes report uncorrected ECC errors and measures, per node,
+//! the time from that report being written to the node being tainted
+//! `gryvia.io/gpu-unhealthy` (seen through a watch). Two phases: isolated failures (one node
+//! every `--pace-ms`) and a burst (many nodes at once). It cleans up after itself.
+//!
+//! `health-load [--paced N] [--burst N] [--pace-ms MS]`
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use gryvia_client::gpu_agent::{AGENT_MANAGER, Trace};
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, labels};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+const CHECK: &str = "health-load";
+
+fn arg(name: &str, default: usize) -> anyhow::Result<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+async fn report(client: &kube::Client, node: &Node, trace: &Trace) -> anyhow::Result<()> {
+    let name = node.name_any();
+    let api: Api<GryviaGpuNode> = Api::all(client.clone());
+    let gpus = trace.render(&trace.frames[0], &name, jiff::Timestamp::now())?;
+    let body = json!({
+        "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaGpuNode",
+        "metadata": {"name": name, "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.meta().uid}]},
+        "spec": {"nodeName": name, "reportIntervalSeconds": 30},
+    });
+    let pp = PatchParams::apply(AGENT_MANAGER).force();
+    api.patch(&name, &pp, &Patch::Apply(&body)).await?;
+    let status = json!({
+        "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaGpuNode",
+        "status": {"gpus": gpus, "gpuCount": gpus.len(), "source": "file:health-load",
+                   "observedAt": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())},
+    });
+    api.patch_status(&name, &pp, &Patch::Apply(&status)).await?;
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "an index into a short list"
+    )]
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let paced = arg("--paced", 50)?;
+    let burst = arg("--burst", 100)?;
+    let pace = Duration::from_millis(u64::try_from(arg("--pace-ms", 1500)?)?);
+    let client = gryvia_client::connect().await?;
+    let nodes: Vec<Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("gryvia.io/testenv=true"))
+        .await?
+        .items;
+    if nodes.len() < paced + burst {
+        bail!(
+            "need {} testenv nodes, found {} (testenv/up --nodes 500)",
+            paced + burst,
+            nodes.len()
+        );
+    }
+    let healthy = Trace::parse("frames: [{gpus: []}]", "healthy")?;
+    let failing = Trace::parse("frames: [{gpus: [{index: 3, eccDoubleBit: 2}]}]", "failing")?;
+    eprintln!("reporting {} healthy nodes", nodes.len());
+    let started = Instant::now();
+    futures::stream::iter(nodes.iter().map(|n| report(&client, n, &healthy)))
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<Vec<()>>>()?;
+    eprintln!("  done in {:.1}s", started.elapsed().as_secs_f64());
+
+    let checks: Api<GryviaHealthCheck> = Api::all(client.clone());
+    let _ = checks.delete(CHECK, &DeleteParams::default()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hc: GryviaHealthCheck = serde_json::from_value(json!({
+        "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaHealthCheck",
+        "metadata": {"name": CHECK},
+        "spec": {
+            "target": {"type": "selector", "nodeSelector": {"gryvia.io/testenv": "true"}},
+            "schedule": "* * * * * *",
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "consecutiveFailures": 1},
+            "maxQuarantinedPercent": 40
+        }
+    }))?;
+    checks.create(&PostParams::default(), &hc).await?;
+    // Wait for a first run over every node.
+    let t = Instant::now();
+    loop {
+        let st = checks.get(CHECK).await?.status;
+        if st
+            .as_ref()
+            .is_some_and(|s| s.summary.healthy as usize == nodes.len())
+        {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "the health check did not evaluate all {} nodes within 60 s",
+                nodes.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Watch taints.
+    let tainted: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let seen = tainted.clone();
+    let watch_client = client.clone();
+    let watch = tokio::spawn(async move {
+        let mut s = watcher(Api::<Node>::all(watch_client), watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(n)) = s.next().await {
+            let has = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::GPU_UNHEALTHY_TAINT));
+            if has {
+                let mut m = seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                m.entry(n.name_any()).or_insert_with(Instant::now);
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut written: BTreeMap<String, Instant> = BTreeMap::new();
+    eprintln!("phase 1: {paced} isolated failures, one every {pace:?}");
+    for n in nodes.iter().take(paced) {
+        report(&client, n, &failing).await?;
+        written.insert(n.name_any(), Instant::now());
+        tokio::time::sleep(pace).await;
+    }
+    let paced_names: Vec<String> = nodes
+        .iter()
+        .take(paced)
+        .map(ResourceExt::name_any)
+        .collect();
+    eprintln!("phase 2: {burst} failures at once");
+    let burst_nodes: Vec<&Node> = nodes.iter().skip(paced).take(burst).collect();
+    let burst_start = Instant::now();
+    for n in &burst_nodes {
+        report(&client, n, &failing).await?;
+        written.insert(n.name_any(), Instant::now());
+    }
+    eprintln!(
+        "  reports written in {:.2}s",
+        burst_start.elapsed().as_secs_f64()
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = written.keys().all(|k| {
+            tainted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains_key(k)
+        });
+        if done || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch.abort();
+    let tainted = tainted
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for (phase, names) in [
+        ("isolated", paced_names),
+        ("burst", burst_nodes.iter().map(|n| n.name_any()).collect()),
+    ] {
+        let mut lat: Vec<f64> = names
+            .iter()
+            .filter_map(|n| {
+                Some(
+                    tainted
+                        .get(n)?
+                        .duration_since(*written.get(n)?)
+                        .as_secs_f64(),
+                )
+            })
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        println!(
+            "{phase}: {} of {} nodes quarantined; detect-to-cordon p50 {:.2}s p99 {:.2}s max {:.2}s",
+            lat.len(),
+            names.len(),
+            percentile(&lat, 50.0),
+            percentile(&lat, 99.0),
+            lat.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+
+    // Clean up: the check, the agents' objects, the quarantines.
+    checks.delete(CHECK, &DeleteParams::default()).await?;
+    let gpu_nodes: Api<GryviaGpuNode> = Api::all(client.clone());
+    for n in &nodes {
+        let _ = gpu_nodes
+            .delete(&n.name_any(), &DeleteParams::default())
+            .await;
+    }
+    for name in written.keys() {
+        gryvia_client::health::end_maintenance(&client, name).await?;
+    }
+    Ok(())
+}
