@@ -47,7 +47,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
 
-use crate::{Error, Result};
+use crate::{Error, Result, api_err};
 
 /// Field manager of everything the agent writes.
 pub const AGENT_MANAGER: &str = "gryvia-node-agent";
@@ -774,11 +774,6 @@ impl std::fmt::Debug for Agent {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let operation = operation.into();
-    move |source| Error::Api { operation, source }
 }
 
 impl Agent {

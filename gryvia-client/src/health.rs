@@ -26,12 +26,7 @@ use serde_json::json;
 use crate::apply::Executor;
 use crate::metrics::Metrics;
 use crate::runtime::{Context, Observe, run, spec_or_lifecycle};
-use crate::{Error, Result};
-
-fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let operation = operation.into();
-    move |source| Error::Api { operation, source }
-}
+use crate::{Error, Result, api_err};
 
 /// What the health policy needs to know about a Node.
 pub fn node_info(node: &Node) -> NodeInfo {

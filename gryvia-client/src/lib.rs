@@ -118,6 +118,12 @@ impl Error {
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Maps a kube error to [`Error::Api`] naming `operation`.
+pub(crate) fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let operation = operation.into();
+    move |source| Error::Api { operation, source }
+}
+
 /// Builds the right [`kube::Api`] for a resource whatever its scope, so generic code can
 /// address a namespaced object in its namespace and a cluster-scoped one globally.
 pub trait ScopeApi {

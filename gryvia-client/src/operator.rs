@@ -74,6 +74,20 @@ pub fn init_logging(format: &str) {
     }
 }
 
+/// The exit code of a binary's `main`: success, or the error on one line (its whole chain
+/// with `{:#}`, whatever `RUST_BACKTRACE` says) and failure.
+pub fn exit_code<E: std::fmt::Display>(
+    result: std::result::Result<(), E>,
+) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Resolves on SIGTERM (how Kubernetes stops a pod) or SIGINT.
 pub async fn shutdown_signal() {
     let term = async {

@@ -25,12 +25,7 @@ use kube::{Resource, ResourceExt};
 use crate::apply::Executor;
 use crate::metrics::Metrics;
 use crate::runtime::{Context, Observe, cluster_owner, run, spec_or_lifecycle};
-use crate::{Error, Result};
-
-fn api_err(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let operation = operation.into();
-    move |source| Error::Api { operation, source }
-}
+use crate::{Result, api_err};
 
 /// GPUs in `used` of a ResourceQuota (0 when absent or not a whole number).
 fn gpus_used(rq: &ResourceQuota) -> i32 {

@@ -219,28 +219,37 @@ fn rand_suffix() -> u32 {
     h.finish() as u32
 }
 
+/// Runs `cleanup` with a client of its own, on a thread with a runtime of its own: `Drop`
+/// cannot await, and the test's runtime may be gone (also after a panic).
+fn clean_up<F, Fut>(kubeconfig: PathBuf, cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            if let Ok(client) = client_for(&kubeconfig).await {
+                cleanup(client).await;
+            }
+        });
+    })
+    .join();
+}
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = self.name.clone();
-        let kubeconfig = self.kubeconfig.clone();
-        // Drop cannot await, and the test's runtime may be gone: delete from a thread with a
-        // runtime of its own.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(client) = client_for(&kubeconfig).await {
-                    let _ = Api::<Namespace>::all(client)
-                        .delete(&name, &DeleteParams::background())
-                        .await;
-                }
-            });
-        })
-        .join();
+        clean_up(self.kubeconfig.clone(), |client| async move {
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
     }
 }
 
@@ -363,23 +372,69 @@ impl KwokNodes {
 impl Drop for KwokNodes {
     fn drop(&mut self) {
         let names = self.names.clone();
-        let kubeconfig = self.kubeconfig.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(client) = client_for(&kubeconfig).await {
-                    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
-                    for n in names {
-                        let _ = api.delete(&n, &DeleteParams::background()).await;
-                    }
-                }
-            });
-        })
-        .join();
+        clean_up(self.kubeconfig.clone(), |client| async move {
+            let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+            for n in names {
+                let _ = api.delete(&n, &DeleteParams::background()).await;
+            }
+        });
     }
+}
+
+/// Creates a plain pod `name` labelled `app=<app>` bound to `node` with `spec.nodeName`
+/// (tolerating every taint). KWOK runs it until it is deleted.
+///
+/// # Errors
+/// When the pod cannot be created.
+pub async fn bind_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    app: &str,
+) -> Result<()> {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "registry.invalid/idle:1"}]
+        }
+    }))?;
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("create pod {ns}/{name}"))?;
+    Ok(())
+}
+
+/// True when pod `ns/name` is gone or on its way out (deletion timestamp set).
+///
+/// # Errors
+/// When the read fails.
+pub async fn pod_gone(client: &kube::Client, ns: &str, name: &str) -> Result<bool> {
+    Ok(
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await?
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+    )
+}
+
+/// Creates a PodDisruptionBudget `name` with `minAvailable: 1` over the pods `app=<app>`: with
+/// one such pod, it allows no disruption.
+///
+/// # Errors
+/// When the budget cannot be created.
+pub async fn create_pdb(client: &kube::Client, ns: &str, name: &str, app: &str) -> Result<()> {
+    let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}
+        }))?;
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .with_context(|| format!("create pod disruption budget {ns}/{name}"))?;
+    Ok(())
 }

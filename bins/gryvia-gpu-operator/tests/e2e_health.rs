@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use gryvia_client::gpu_agent::{Agent, AgentConfig, DryRunExecutor, TraceSource};
-use gryvia_testsupport::{KwokNodes, TestNamespace, wait_for};
+use gryvia_testsupport::{KwokNodes, TestNamespace, bind_pod, create_pdb, pod_gone, wait_for};
 use gryvia_types::{GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -208,41 +208,6 @@ async fn node_state(client: &kube::Client, node: &str) -> (bool, Option<String>)
     quarantine_of(&Api::<Node>::all(client.clone()).get(node).await.unwrap())
 }
 
-async fn bind_pod(client: &kube::Client, ns: &str, name: &str, node: &str, app: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {
-            "nodeName": node,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "c", "image": "registry.invalid/idle:1"}]
-        }
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
-async fn pdb(client: &kube::Client, ns: &str, name: &str, app: &str) -> Api<PodDisruptionBudget> {
-    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &pdb).await.unwrap();
-    api
-}
-
-async fn pod_gone(client: &kube::Client, ns: &str, name: &str) -> bool {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_brings_it_back() {
     let Some(s) = Setup::new("recover").await else {
@@ -251,10 +216,19 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     let nodes = KwokNodes::create(&s.client, "ghc-rec", 2, 4).await.unwrap();
     let (bad, good) = (nodes.names[0].clone(), nodes.names[1].clone());
     let ns = s.ns.name.clone();
-    bind_pod(&s.client, &ns, "train", &bad, "train").await;
-    bind_pod(&s.client, &ns, "serve", &bad, "serve").await;
-    bind_pod(&s.client, &ns, "bystander", &good, "bystander").await;
-    let pdbs = pdb(&s.client, &ns, "serve-pdb", "serve").await;
+    bind_pod(&s.client, &ns, "train", &bad, "train")
+        .await
+        .unwrap();
+    bind_pod(&s.client, &ns, "serve", &bad, "serve")
+        .await
+        .unwrap();
+    bind_pod(&s.client, &ns, "bystander", &good, "bystander")
+        .await
+        .unwrap();
+    create_pdb(&s.client, &ns, "serve-pdb", "serve")
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &ns);
     let log = log_dir().join("dry-run-recover.log");
     let _ = std::fs::remove_file(&log);
     let _agents = start_agents(
@@ -325,7 +299,7 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     let (c, n) = (s.client.clone(), ns.clone());
     wait_for("train to be evicted", Duration::from_secs(30), || {
         let (c, n) = (c.clone(), n.clone());
-        async move { pod_gone(&c, &n, "train").await.then_some(()) }
+        async move { pod_gone(&c, &n, "train").await.unwrap().then_some(()) }
     })
     .await
     .unwrap();
@@ -345,10 +319,10 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     .unwrap();
     assert_eq!(blocked, vec![format!("{ns}/serve (pdb serve-pdb)")]);
     assert!(
-        !pod_gone(&s.client, &ns, "serve").await,
+        !pod_gone(&s.client, &ns, "serve").await.unwrap(),
         "a PDB-protected pod is never deleted"
     );
-    assert!(!pod_gone(&s.client, &ns, "bystander").await);
+    assert!(!pod_gone(&s.client, &ns, "bystander").await.unwrap());
     let events = Api::<Event>::all(s.client.clone())
         .list(&ListParams::default().fields(&format!("regarding.name={check}")))
         .await
@@ -385,7 +359,7 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     })
     .await
     .unwrap();
-    assert!(pod_gone(&s.client, &ns, "serve").await);
+    assert!(pod_gone(&s.client, &ns, "serve").await.unwrap());
     let status = api.get(&check).await.unwrap().status.unwrap();
     let actions: Vec<&str> = status
         .actions

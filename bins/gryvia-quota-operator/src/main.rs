@@ -23,19 +23,8 @@ struct Flags {
 
 fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
-    init_logging(log_format(&flags));
-    match run(flags) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // One line, whatever RUST_BACKTRACE says.
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-fn log_format(flags: &Flags) -> &str {
-    &flags.operator.log_format
+    init_logging(&flags.operator.log_format);
+    gryvia_client::operator::exit_code(run(flags))
 }
 
 fn run(flags: Flags) -> anyhow::Result<()> {

@@ -5,11 +5,10 @@
 
 use std::process::{Command, Output};
 
-use gryvia_testsupport::{KwokNodes, TestNamespace};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_testsupport::{KwokNodes, TestNamespace, bind_pod, create_pdb, pod_gone};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams};
 
 fn gryvia(args: &[&str]) -> Output {
     let kubeconfig = match gryvia_testsupport::cluster() {
@@ -30,27 +29,6 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-async fn bind_pod(client: &kube::Client, ns: &str, name: &str, node: &str, app: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "c", "image": "registry.invalid/idle:1"}]}
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
-}
-
-async fn gone(client: &kube::Client, ns: &str, name: &str) -> bool {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
     let Some(client) = gryvia_testsupport::client().await else {
@@ -62,15 +40,16 @@ async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
     let ns = TestNamespace::create(&client, "maint").await.unwrap();
     let nodes = KwokNodes::create(&client, "maint", 1, 8).await.unwrap();
     let node = nodes.names[0].clone();
-    bind_pod(&client, &ns.name, "train", &node, "train").await;
-    bind_pod(&client, &ns.name, "serve", &node, "serve").await;
+    bind_pod(&client, &ns.name, "train", &node, "train")
+        .await
+        .unwrap();
+    bind_pod(&client, &ns.name, "serve", &node, "serve")
+        .await
+        .unwrap();
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns.name);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "serve-pdb"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    create_pdb(&client, &ns.name, "serve-pdb", "serve")
+        .await
+        .unwrap();
 
     // The budget blocks one pod: the drain evicts the other, reports the block, gives up at
     // the timeout with a non-zero exit, and leaves the node cordoned.
@@ -114,9 +93,9 @@ async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
         stderr.contains(&format!("{}/serve (pdb serve-pdb)", ns.name)),
         "{stderr}"
     );
-    assert!(gone(&client, &ns.name, "train").await);
+    assert!(pod_gone(&client, &ns.name, "train").await.unwrap());
     assert!(
-        !gone(&client, &ns.name, "serve").await,
+        !pod_gone(&client, &ns.name, "serve").await.unwrap(),
         "never deleted past its budget"
     );
     let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
@@ -145,7 +124,7 @@ async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("was already cordoned"), "{stdout}");
     assert!(stdout.contains(&format!("node {node} drained")), "{stdout}");
-    assert!(gone(&client, &ns.name, "serve").await);
+    assert!(pod_gone(&client, &ns.name, "serve").await.unwrap());
 
     // End: uncordoned, annotations gone; a taint a health check left is removed too.
     let out = gryvia(&["maintenance", "end", &node]);
