@@ -31,6 +31,9 @@ use crate::{Error, Result};
 /// Timeout of every API call the executor makes.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How many nodes the executor changes at the same time.
+pub const NODE_PARALLELISM: usize = 8;
+
 /// An API resource and whether it is namespaced.
 type KindInfo = (ApiResource, bool);
 
@@ -178,9 +181,7 @@ impl Executor {
                 Err(e) => return Err(e),
             }
         }
-        for op in &plan.node_ops {
-            self.node_op(op).await?;
-        }
+        self.node_ops(&plan.node_ops).await?;
         for ev in &plan.evictions {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
             let what = format!("evict pod {}/{}", ev.namespace, ev.pod);
@@ -281,6 +282,34 @@ impl Executor {
             Err(e) if is_not_found(&e) => Ok(()),
             other => other.map(|_| ()),
         }
+    }
+
+    /// Applies node operations: in order on each node (cordon before taint), up to
+    /// [`NODE_PARALLELISM`] nodes at a time (a burst of quarantines is bound by API round
+    /// trips, three per node).
+    async fn node_ops(&self, ops: &[NodeOp]) -> Result<()> {
+        use futures::StreamExt;
+        let mut by_node: Vec<Vec<NodeOp>> = Vec::new();
+        for op in ops {
+            match by_node.iter_mut().find(|l| l[0].node() == op.node()) {
+                Some(list) => list.push(op.clone()),
+                None => by_node.push(vec![op.clone()]),
+            }
+        }
+        // Owned data in every future: the runtime's future must be Send for any lifetime.
+        let results: Vec<Result<()>> = futures::stream::iter(by_node.into_iter().map(|list| {
+            let this = self.clone();
+            async move {
+                for op in &list {
+                    this.node_op(op).await?;
+                }
+                Ok(())
+            }
+        }))
+        .buffer_unordered(NODE_PARALLELISM)
+        .collect()
+        .await;
+        results.into_iter().collect()
     }
 
     async fn node_op(&self, op: &NodeOp) -> Result<()> {

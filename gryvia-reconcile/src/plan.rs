@@ -295,7 +295,8 @@ pub struct Plan<S> {
     /// New status of the object; `None` leaves it as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<S>,
-    /// Node operations, in order.
+    /// Node operations, in order for each node (the executor may change several nodes at
+    /// once); all of them are applied before any eviction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_ops: Vec<NodeOp>,
     /// Pods to evict.
