@@ -981,3 +981,58 @@ fn every_check_of_the_guide_example_is_evaluated() {
     assert_eq!(r.verdict, Verdict::Failed);
     assert_eq!(r.reasons.len(), 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Invariants
+// ---------------------------------------------------------------------------------------------
+
+mod invariants {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A fleet: per node, (already quarantined by someone, failing, observation stale).
+    fn fleet() -> impl Strategy<Value = (Vec<(bool, bool, bool)>, i32, i32)> {
+        (
+            proptest::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 1..40),
+            0..=100i32,
+            1..=3i32,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn the_guard_never_quarantines_beyond_the_allowed_share_and_unknown_never_acts(
+            (nodes, percent, consecutive) in fleet(),
+            runs in 1..4usize,
+        ) {
+            let mut sim = Sim::new(nodes.len(), consecutive);
+            sim.hc.spec.max_quarantined_percent = percent;
+            for (i, (quarantined, failing, stale)) in nodes.iter().enumerate() {
+                let name = format!("n{i}");
+                if *quarantined {
+                    sim.world.nodes[i].quarantined_by = Some("someone-else".into());
+                }
+                sim.observe(&name, i64::from(*failing));
+                if *stale {
+                    let st = sim.gpu_node(&name).status.as_mut().unwrap();
+                    for g in &mut st.gpus {
+                        g.observed_at = Time(now() - secs(10_000));
+                    }
+                }
+            }
+            let before = nodes.iter().filter(|n| n.0).count();
+            let allowed = gryvia_reconcile::health::quarantine_limit(nodes.len(), percent);
+            for _ in 0..runs {
+                let plan = sim.step();
+                for op in &plan.node_ops {
+                    let i: usize = op.node()[1..].parse().unwrap();
+                    let (_, failing, stale) = nodes[i];
+                    prop_assert!(failing && !stale, "acted on a healthy or unknown node: {op:?}");
+                }
+                sim.advance(10);
+            }
+            let after = sim.world.nodes.iter().filter(|n| n.quarantined_by.is_some()).count();
+            prop_assert!(after <= before.max(allowed), "{after} quarantined, {before} before, {allowed} allowed");
+        }
+    }
+}
