@@ -438,3 +438,113 @@ pub async fn create_pdb(client: &kube::Client, ns: &str, name: &str, app: &str) 
         .with_context(|| format!("create pod disruption budget {ns}/{name}"))?;
     Ok(())
 }
+
+/// A ServiceAccount in a test namespace bound to a ClusterRole of `deploy/`, with a kubeconfig
+/// that authenticates as it (a TokenRequest token): run a component under exactly the RBAC its
+/// manifests grant. The binding is deleted on drop.
+#[derive(Debug)]
+pub struct ServiceAccountAccess {
+    /// A kubeconfig for the service account.
+    pub kubeconfig: PathBuf,
+    binding: String,
+    admin_kubeconfig: PathBuf,
+}
+
+impl ServiceAccountAccess {
+    /// Applies the ClusterRole `role` found in the YAML file `manifest` (relative to the
+    /// repository root), creates ServiceAccount `name` in `namespace` and binds it to the role.
+    ///
+    /// # Errors
+    /// When the manifest has no such ClusterRole or an API call fails.
+    pub async fn create(
+        client: &kube::Client,
+        manifest: &str,
+        role: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Self> {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        use kube::api::{Patch, PatchParams};
+        let Cluster::Ready { kubeconfig } = cluster() else {
+            bail!("no control plane")
+        };
+        let text = std::fs::read_to_string(repo_root().join(manifest))
+            .with_context(|| format!("read {manifest}"))?;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .map_err(|e| anyhow::anyhow!("parse {manifest}: {e}"))?;
+        let doc = docs
+            .into_iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == role)
+            .with_context(|| format!("{manifest} has no ClusterRole {role}"))?;
+        let cr: ClusterRole = serde_json::from_value(doc)?;
+        let pp = PatchParams::apply("gryvia-e2e").force();
+        Api::<ClusterRole>::all(client.clone())
+            .patch(role, &pp, &Patch::Apply(&cr))
+            .await
+            .with_context(|| format!("apply ClusterRole {role}"))?;
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+        let sa: ServiceAccount =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        sas.create(&PostParams::default(), &sa)
+            .await
+            .with_context(|| format!("create ServiceAccount {namespace}/{name}"))?;
+        let binding = format!("e2e-{namespace}-{name}");
+        let crb: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": binding, "labels": {"gryvia.io/e2e": "true"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+        }))?;
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&PostParams::default(), &crb)
+            .await
+            .with_context(|| format!("create ClusterRoleBinding {binding}"))?;
+        let tr: TokenRequest = serde_json::from_value(serde_json::json!({
+            "spec": {"audiences": [], "expirationSeconds": 3600}
+        }))?;
+        let token = sas
+            .create_token_request(name, &PostParams::default(), &tr)
+            .await
+            .with_context(|| format!("request a token for {namespace}/{name}"))?
+            .status
+            .context("TokenRequest without status")?
+            .token;
+        let mut kc = Kubeconfig::read_from(&kubeconfig)?;
+        for auth in &mut kc.auth_infos {
+            if let Some(info) = auth.auth_info.as_mut() {
+                *info = serde_json::from_value(serde_json::json!({ "token": token }))?;
+            }
+        }
+        let path = std::env::temp_dir().join(format!("gryvia-e2e-{namespace}-{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            serde_saphyr::to_string(&kc).map_err(|e| anyhow::anyhow!("{e}"))?,
+        )?;
+        Ok(ServiceAccountAccess {
+            kubeconfig: path,
+            binding,
+            admin_kubeconfig: kubeconfig,
+        })
+    }
+
+    /// A client authenticated as the service account.
+    ///
+    /// # Errors
+    /// When the kubeconfig cannot be loaded.
+    pub async fn client(&self) -> Result<kube::Client> {
+        client_for(&self.kubeconfig).await
+    }
+}
+
+impl Drop for ServiceAccountAccess {
+    fn drop(&mut self) {
+        let binding = self.binding.clone();
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        clean_up(self.admin_kubeconfig.clone(), |client| async move {
+            let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client)
+                .delete(&binding, &DeleteParams::background())
+                .await;
+        });
+    }
+}

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use gryvia_client::gpu_agent::{Agent, AgentConfig, DryRunExecutor, TraceSource};
-use gryvia_testsupport::{KwokNodes, TestNamespace, bind_pod, create_pdb, pod_gone, wait_for};
+use gryvia_testsupport::{
+    KwokNodes, ServiceAccountAccess, TestNamespace, bind_pod, create_pdb, pod_gone, wait_for,
+};
 use gryvia_types::{GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -35,11 +37,9 @@ fn log_dir() -> PathBuf {
 struct Operator(Child);
 
 impl Operator {
-    fn start(lease_namespace: &str, name: &str) -> Operator {
-        let kubeconfig = match gryvia_testsupport::cluster() {
-            gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
-            gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
-        };
+    /// Starts the operator authenticated as `kubeconfig` (the service account of
+    /// `deploy/gpu-health/rbac.yaml`).
+    fn start(kubeconfig: &std::path::Path, lease_namespace: &str, name: &str) -> Operator {
         let port = PORT.fetch_add(1, Ordering::SeqCst);
         let log =
             std::fs::File::create(log_dir().join(format!("gpu-operator-{name}.log"))).unwrap();
@@ -137,10 +137,17 @@ frames:
       - {index: 1, eccDoubleBit: 2}
 ";
 
+/// A test's cluster access: an admin client for the test's own objects, and the gpu-operator
+/// and node agents running under the service accounts and ClusterRoles of
+/// `deploy/gpu-health/rbac.yaml` (so a missing RBAC rule fails the test).
 struct Setup {
     client: kube::Client,
-    ns: TestNamespace,
+    agent_client: kube::Client,
+    // Fields drop in declaration order: the operator goes before its access and the lock.
     operator: Operator,
+    operator_access: ServiceAccountAccess,
+    _agent_access: ServiceAccountAccess,
+    ns: TestNamespace,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -152,11 +159,34 @@ impl Setup {
             .await
             .unwrap();
         let ns = TestNamespace::create(&client, "health").await.unwrap();
-        let operator = Operator::start(&ns.name, name);
+        let rbac = "deploy/gpu-health/rbac.yaml";
+        let operator_access = ServiceAccountAccess::create(
+            &client,
+            rbac,
+            "gryvia-gpu-operator",
+            &ns.name,
+            "gpu-operator",
+        )
+        .await
+        .unwrap();
+        let agent_access = ServiceAccountAccess::create(
+            &client,
+            rbac,
+            "gryvia-node-agent",
+            &ns.name,
+            "node-agent",
+        )
+        .await
+        .unwrap();
+        let agent_client = agent_access.client().await.unwrap();
+        let operator = Operator::start(&operator_access.kubeconfig, &ns.name, name);
         Some(Setup {
             client,
-            ns,
+            agent_client,
             operator,
+            operator_access,
+            _agent_access: agent_access,
+            ns,
             _serial: serial,
         })
     }
@@ -232,7 +262,7 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     let log = log_dir().join("dry-run-recover.log");
     let _ = std::fs::remove_file(&log);
     let _agents = start_agents(
-        &s.client,
+        &s.agent_client,
         &[
             (
                 bad.clone(),
@@ -360,7 +390,20 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     .await
     .unwrap();
     assert!(pod_gone(&s.client, &ns, "serve").await.unwrap());
-    let status = api.get(&check).await.unwrap().status.unwrap();
+    // The executor changes the node before it writes the status: wait for the record too.
+    let (a, ch) = (api.clone(), check.clone());
+    let status = wait_for("the Recovered record", Duration::from_secs(20), || {
+        let (a, ch) = (a.clone(), ch.clone());
+        async move {
+            let st = a.get(&ch).await.ok()?.status?;
+            st.actions
+                .iter()
+                .any(|x| x.action == "Recovered")
+                .then_some(st)
+        }
+    })
+    .await
+    .unwrap();
     let actions: Vec<&str> = status
         .actions
         .iter()
@@ -402,7 +445,7 @@ async fn stale_observations_are_unknown_and_never_trigger_remediation() {
     let log = log_dir().join("dry-run-stale.log");
     let _ = std::fs::remove_file(&log);
     let _agents = start_agents(
-        &s.client,
+        &s.agent_client,
         &[(node.clone(), write_trace("stale", &node, trace))],
         &log,
     );
@@ -470,7 +513,7 @@ async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
             )
         })
         .collect();
-    let _agents = start_agents(&s.client, &traces, &log);
+    let _agents = start_agents(&s.agent_client, &traces, &log);
     let check = format!("e2e-{}", nodes.group);
     let api = create_check(
         &s.client,
@@ -502,7 +545,11 @@ async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
     .unwrap();
     let mut s = s;
     s.operator.kill();
-    s.operator = Operator::start(&s.ns.name, "ladder-restarted");
+    s.operator = Operator::start(
+        &s.operator_access.kubeconfig,
+        &s.ns.name,
+        "ladder-restarted",
+    );
     let (a, ch) = (api.clone(), check.clone());
     let bad = [nodes.names[0].clone(), nodes.names[1].clone()];
     let b = bad.clone();
@@ -576,4 +623,71 @@ async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
         .filter(|a| a.action == "RemediationExhausted")
         .count();
     assert_eq!(exhausted, 2, "{:#?}", st.actions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_manifests_are_accepted_by_the_api_server() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "gryvia-system"}})).unwrap();
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut kinds = Vec::new();
+    for file in ["rbac.yaml", "gpu-operator.yaml", "node-agent.yaml"] {
+        let path = gryvia_testsupport::repo_root()
+            .join("deploy/gpu-health")
+            .join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let kind = doc["kind"].as_str().unwrap().to_owned();
+            let ns = doc["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let c = client.clone();
+            let result = match kind.as_str() {
+                "ServiceAccount" => Api::<ServiceAccount>::namespaced(c, &ns)
+                    .create(&dry, &serde_json::from_value(doc).unwrap())
+                    .await
+                    .map(|_| ()),
+                "ClusterRole" => Api::<ClusterRole>::all(c)
+                    .create(&dry, &serde_json::from_value(doc).unwrap())
+                    .await
+                    .map(|_| ()),
+                "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
+                    .create(&dry, &serde_json::from_value(doc).unwrap())
+                    .await
+                    .map(|_| ()),
+                "Deployment" => Api::<Deployment>::namespaced(c, &ns)
+                    .create(&dry, &serde_json::from_value(doc).unwrap())
+                    .await
+                    .map(|_| ()),
+                "DaemonSet" => Api::<DaemonSet>::namespaced(c, &ns)
+                    .create(&dry, &serde_json::from_value(doc).unwrap())
+                    .await
+                    .map(|_| ()),
+                other => panic!("{file}: unexpected kind {other}"),
+            };
+            match result {
+                Ok(()) => {}
+                // Already applied by an earlier run: validated all the same.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("{file}: {kind} rejected: {e}"),
+            }
+            kinds.push(kind);
+        }
+    }
+    assert_eq!(kinds.iter().filter(|k| *k == "ClusterRole").count(), 2);
+    assert!(kinds.contains(&"Deployment".to_owned()) && kinds.contains(&"DaemonSet".to_owned()));
 }
