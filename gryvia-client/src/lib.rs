@@ -63,6 +63,9 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The async runtime could not start.
+    #[error("start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
     /// The GPUs could not be read (NVML missing or failing).
     #[error("read GPUs: {0}")]
     Gpu(String),
@@ -98,6 +101,7 @@ impl Error {
             Error::Serve { .. } => "serve",
             Error::Webhook { .. } => "webhook",
             Error::Gpu(_) => "gpu",
+            Error::Runtime(_) => "runtime",
             Error::Trace { .. } => "trace",
         }
     }
@@ -109,7 +113,9 @@ impl Error {
             Error::Api { .. } | Error::Timeout { .. } => Duration::from_secs(5),
             Error::Serialize { .. } => Duration::from_secs(300),
             Error::Finalizer(_) | Error::Webhook { .. } => Duration::from_secs(10),
-            Error::LeaderElection(_) | Error::Serve { .. } => Duration::from_secs(30),
+            Error::LeaderElection(_) | Error::Serve { .. } | Error::Runtime(_) => {
+                Duration::from_secs(30)
+            }
             Error::Gpu(_) | Error::Trace { .. } => Duration::from_secs(10),
         }
     }

@@ -104,6 +104,26 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// The whole life of operator `name` on a runtime of its own: checks the flags, connects
+/// ([`crate::connect`]), builds the controllers with `build` and [`run`]s them.
+///
+/// # Errors
+/// Invalid lease flags, no cluster configuration, or what [`run`] returns.
+pub fn run_blocking(
+    name: &str,
+    flags: &OperatorFlags,
+    build: impl FnOnce(kube::Client, Metrics) -> Controllers,
+) -> Result<()> {
+    flags.lease(name)?;
+    let rt = tokio::runtime::Runtime::new().map_err(Error::Runtime)?;
+    rt.block_on(async {
+        let client = crate::connect().await?;
+        let metrics = Metrics::new();
+        let controllers = build(client.clone(), metrics.clone());
+        run(name, flags, client, metrics, controllers).await
+    })
+}
+
 /// Runs operator `name`: serves metrics and probes, runs `controllers` while leading, and
 /// returns on SIGTERM/SIGINT.
 ///

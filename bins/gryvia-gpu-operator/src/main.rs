@@ -6,7 +6,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gryvia_client::metrics::Metrics;
 use gryvia_client::operator::{OperatorFlags, init_logging};
 use gryvia_reconcile::health::HealthOptions;
 
@@ -38,28 +37,17 @@ fn run(flags: Flags) -> anyhow::Result<()> {
             "nothing to run: GPU health evaluation is opt-in, start with --gpu-health (and --gpu-remediation to act on failures)"
         );
     }
-    flags.operator.lease("gryvia-gpu-operator")?;
-    let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
-    rt.block_on(async {
-        let client = gryvia_client::connect().await?;
-        let metrics = Metrics::new();
-        let options = HealthOptions {
-            remediation: flags.gpu_remediation,
-        };
-        tracing::info!(
-            remediation = options.remediation,
-            "GPU health evaluation enabled"
-        );
-        let controllers =
-            gryvia_client::health::controllers(client.clone(), options, metrics.clone());
-        gryvia_client::operator::run(
-            "gryvia-gpu-operator",
-            &flags.operator,
-            client,
-            metrics,
-            controllers,
-        )
-        .await
-        .context("operator")
-    })
+    let options = HealthOptions {
+        remediation: flags.gpu_remediation,
+    };
+    tracing::info!(
+        remediation = options.remediation,
+        "GPU health evaluation enabled"
+    );
+    gryvia_client::operator::run_blocking(
+        "gryvia-gpu-operator",
+        &flags.operator,
+        |client, metrics| gryvia_client::health::controllers(client, options, metrics),
+    )
+    .context("operator")
 }

@@ -5,7 +5,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use gryvia_client::metrics::Metrics;
 use gryvia_client::operator::{OperatorFlags, init_logging};
 use gryvia_reconcile::tenancy::TenantOptions;
 
@@ -28,24 +27,13 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(flags: Flags) -> anyhow::Result<()> {
-    flags.operator.lease("gryvia-quota-operator")?;
-    let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
-    rt.block_on(async {
-        let client = gryvia_client::connect().await?;
-        let metrics = Metrics::new();
-        let options = TenantOptions {
-            tenant_rbac: flags.tenant_rbac,
-        };
-        let controllers =
-            gryvia_client::tenancy::controllers(client.clone(), options, metrics.clone());
-        gryvia_client::operator::run(
-            "gryvia-quota-operator",
-            &flags.operator,
-            client,
-            metrics,
-            controllers,
-        )
-        .await
-        .context("operator")
-    })
+    let options = TenantOptions {
+        tenant_rbac: flags.tenant_rbac,
+    };
+    gryvia_client::operator::run_blocking(
+        "gryvia-quota-operator",
+        &flags.operator,
+        |client, metrics| gryvia_client::tenancy::controllers(client, options, metrics),
+    )
+    .context("operator")
 }
