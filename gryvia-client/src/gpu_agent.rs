@@ -706,19 +706,15 @@ impl RemediationExecutor for DryRunExecutor {
         let started = jiff::Timestamp::now();
         tokio::time::sleep(self.duration).await;
         let finished = jiff::Timestamp::now();
-        let lines: Vec<String> = self
+        let action = serde_json::to_value(request.action)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        // `<action> <command>` per command; the log adds start, finish and node in front.
+        let steps: Vec<String> = self
             .commands(request)
             .iter()
-            .map(|c| {
-                format!(
-                    "{started} {finished} {node} {} {}",
-                    serde_json::to_value(request.action)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    c.join(" ")
-                )
-            })
+            .map(|c| format!("{action} {}", c.join(" ")))
             .collect();
         if let Some(log) = &self.log {
             use std::io::Write;
@@ -727,20 +723,12 @@ impl RemediationExecutor for DryRunExecutor {
                 .append(true)
                 .open(log)
                 .map_err(|e| format!("open {}: {e}", log.display()))?;
-            for l in &lines {
-                writeln!(f, "{l}").map_err(|e| format!("write {}: {e}", log.display()))?;
+            for step in &steps {
+                writeln!(f, "{started} {finished} {node} {step}")
+                    .map_err(|e| format!("write {}: {e}", log.display()))?;
             }
         }
-        Ok(format!(
-            "dry run: {}",
-            lines
-                .iter()
-                .map(|l| l
-                    .split_once(&format!("{node} "))
-                    .map_or(l.as_str(), |(_, c)| c))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))
+        Ok(format!("dry run: {}", steps.join("; ")))
     }
 }
 
