@@ -406,17 +406,12 @@ pub async fn drain(
         }
         // Every evictable or blocked pod is asked to leave: the API server decides with the
         // budget's current state, which may have changed since it was read.
-        let mut ask: Vec<(String, String)> = plan
+        let ask: Vec<(String, String)> = plan
             .evict
             .iter()
+            .chain(plan.blocked.iter().map(|b| &b.pod))
             .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect();
-        for b in &plan.blocked {
-            if let Some((ns, rest)) = b.split_once('/') {
-                let name = rest.split(' ').next().unwrap_or(rest);
-                ask.push((ns.to_owned(), name.to_owned()));
-            }
-        }
         for (ns, name) in ask {
             let key = format!("{ns}/{name}");
             let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -443,7 +438,7 @@ pub async fn drain(
         });
         if tokio::time::Instant::now() >= deadline {
             let mut left: Vec<String> = plan.evict.iter().map(PodInfo::key).collect();
-            left.extend(plan.blocked.iter().cloned());
+            left.extend(plan.blocked.iter().map(ToString::to_string));
             left.extend(plan.terminating.iter().cloned());
             return Err(Error::Timeout {
                 what: format!("node {node} to drain; still there: {}", left.join(", ")),

@@ -154,7 +154,8 @@ pub struct HealthCheckReconciler {
 // Evaluation
 // ---------------------------------------------------------------------------------------------
 
-fn worst(a: Verdict, b: Verdict) -> Verdict {
+/// The worse of two verdicts: Failed, then Unknown, then Warning, then Healthy.
+pub fn worst(a: Verdict, b: Verdict) -> Verdict {
     fn rank(v: Verdict) -> u8 {
         match v {
             Verdict::Healthy => 0,
@@ -441,13 +442,29 @@ pub fn selector_matches(
 pub struct DrainPlan {
     /// Pods to evict now (namespace/name).
     pub evict: Vec<PodInfo>,
-    /// Pods a PodDisruptionBudget allowing no disruption keeps, as `namespace/name (pdb
-    /// <name>)`; they are evicted (and refused) again on the next try.
-    pub blocked: Vec<String>,
+    /// Pods a PodDisruptionBudget allowing no disruption keeps; they are evicted (and
+    /// refused) again on the next try.
+    pub blocked: Vec<BlockedPod>,
     /// Pods already on their way out (deletion timestamp set).
     pub terminating: Vec<String>,
     /// Pods a drain leaves alone: DaemonSet, mirror and finished pods.
     pub skipped: Vec<String>,
+}
+
+/// A pod whose eviction a PodDisruptionBudget refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedPod {
+    /// The pod.
+    pub pod: PodInfo,
+    /// Name of the budget.
+    pub pdb: String,
+}
+
+impl std::fmt::Display for BlockedPod {
+    /// `namespace/name (pdb <name>)`, as status and messages show it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (pdb {})", self.pod.key(), self.pdb)
+    }
 }
 
 impl DrainPlan {
@@ -483,7 +500,10 @@ pub fn drain_plan(pods: &[PodInfo], pdbs: &[PdbInfo]) -> DrainPlan {
                 && selector_matches(b.selector.as_ref(), &pod.labels)
         });
         match blocking {
-            Some(b) => plan.blocked.push(format!("{} (pdb {})", pod.key(), b.name)),
+            Some(b) => plan.blocked.push(BlockedPod {
+                pod: pod.clone(),
+                pdb: b.name.clone(),
+            }),
             None => plan.evict.push(pod.clone()),
         }
     }
@@ -882,7 +902,8 @@ impl Reconcile for HealthCheckReconciler {
                 }
                 evicting.extend(dp.terminating.iter().cloned());
                 evicting.sort();
-                for b in &dp.blocked {
+                let blocked: Vec<String> = dp.blocked.iter().map(ToString::to_string).collect();
+                for b in &blocked {
                     if !prev.blocked.contains(b) {
                         run.record(
                             &r.node,
@@ -907,7 +928,7 @@ impl Reconcile for HealthCheckReconciler {
                 }
                 r.drain = Some(DrainStatus {
                     evicting,
-                    blocked: dp.blocked,
+                    blocked,
                     complete,
                 });
             }

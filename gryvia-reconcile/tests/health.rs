@@ -576,7 +576,8 @@ fn drain_evicts_all_but_daemonset_mirror_and_finished_pods_and_reports_pdb_block
         plan.evict.iter().map(PodInfo::key).collect::<Vec<_>>(),
         vec!["ml/train"]
     );
-    assert_eq!(plan.blocked, vec!["ml/serve (pdb serve-pdb)"]);
+    let blocked: Vec<String> = plan.blocked.iter().map(ToString::to_string).collect();
+    assert_eq!(blocked, vec!["ml/serve (pdb serve-pdb)"]);
     assert_eq!(plan.terminating, vec!["ml/leaving"]);
     assert_eq!(plan.skipped.len(), 3);
     assert!(!plan.complete());

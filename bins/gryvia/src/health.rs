@@ -135,12 +135,7 @@ pub async fn health(scope: Option<HealthScope>, output: Output) -> anyhow::Resul
                 .flat_map(|s| s.nodes.iter())
                 .filter(|r| r.node == n.spec.node_name)
                 .map(|r| r.verdict)
-                .max_by_key(|v| match v {
-                    Verdict::Healthy => 0,
-                    Verdict::Warning => 1,
-                    Verdict::Unknown => 2,
-                    Verdict::Failed => 3,
-                });
+                .reduce(gryvia_reconcile::health::worst);
             let st = n.status.clone().unwrap_or_default();
             t.row(vec![
                 n.spec.node_name.clone(),
