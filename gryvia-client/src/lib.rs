@@ -5,6 +5,7 @@
 //! machinery later controllers build on. Policy does not live here: it is in the pure
 //! `gryvia-reconcile` crate; this crate observes the world and applies Plans.
 
+pub mod aijob;
 pub mod apply;
 pub mod crds;
 pub mod gpu_agent;

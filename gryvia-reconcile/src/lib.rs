@@ -17,9 +17,12 @@
 //! Because a Plan is data, the same reconcile runs unchanged in an operator, a unit test, the
 //! Python SDK, a `--dry-run` and a what-if simulation.
 
+pub mod aijob;
 pub mod cron;
 pub mod health;
 pub mod plan;
+pub mod priority;
+pub mod template;
 pub mod tenancy;
 
 pub use plan::{

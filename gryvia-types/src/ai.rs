@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::{EnvVar, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
     status = "GryviaAIJobStatus",
     shortname = "gaj",
     category = "gryvia",
+    validation = Rule::new("size(self.metadata.name) <= 52").message("metadata.name: a job name has at most 52 characters (its pods are named <job>-<index>-<suffix>)"),
+    validation = Rule::new("self.spec == oldSelf.spec").message("spec is immutable: delete the job and submit it again"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".spec.gpus"),
     printcolumn(name = "Workers", type_ = "integer", json_path = ".spec.replicas"),
@@ -105,6 +107,17 @@ pub struct GryviaAIJobSpec {
     /// Extra node labels the workers require.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints the workers tolerate (a reservation's toleration is added by the admission
+    /// webhook).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Vec<Toleration>,
+    /// Labels of every worker pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Annotations of every worker pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
     /// Seconds the job may run before it is stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -309,6 +322,12 @@ pub struct GryviaAIJobStatus {
     /// Nodes the job avoids after an infrastructure failure there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub avoided_nodes: Vec<String>,
+    /// The failed pods, oldest first (at most 50), each classified.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<PodFailure>,
+    /// PriorityClass of the workers (from the `gryvia.io/priority-class` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
     /// Name of the batch Job that runs the workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
@@ -330,6 +349,33 @@ pub struct GryviaAIJobStatus {
     /// Conditions: Scheduled, Running, Succeeded, Failed (and Ready=False/InvalidSpec).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A failed pod of a job and what the controller made of it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodFailure {
+    /// Pod name.
+    pub pod: String,
+    /// Node it ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `Application` (uses a retry) or `Infrastructure` (does not).
+    pub class: FailureClass,
+    /// Why, in one line (the pod's reason, the disruption, or the node's state).
+    pub reason: String,
+    /// Exit code of the first failed container, when one exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// Who is to blame for a failed pod.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FailureClass {
+    /// The workload failed; counts against `retryLimit`.
+    Application,
+    /// The node or GPU failed, or the pod was evicted or preempted; does not count.
+    Infrastructure,
 }
 
 /// Phase of an AI job.
@@ -477,6 +523,16 @@ pub struct TemplateDefaults {
     /// See GryviaAIJob `spec.nodeSelector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// See GryviaAIJob `spec.tolerations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// See GryviaAIJob `spec.podLabels`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_labels: Option<BTreeMap<String, String>>,
+    /// See GryviaAIJob `spec.podAnnotations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_annotations: Option<BTreeMap<String, String>>,
     /// See GryviaAIJob `spec.activeDeadlineSeconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

@@ -548,3 +548,57 @@ impl Drop for ServiceAccountAccess {
         });
     }
 }
+
+/// A binary under test started against the test control plane (`KUBECONFIG` set), its
+/// standard error in `target/e2e-logs/<log_name>.log`; killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Process {
+    child: std::process::Child,
+}
+
+impl Process {
+    /// Starts `binary` (from `env!("CARGO_BIN_EXE_...")`) with `args`, authenticated with
+    /// `kubeconfig` (the admin one of testenv when `None`).
+    ///
+    /// # Errors
+    /// When there is no control plane or the binary cannot be started.
+    pub fn start(
+        binary: &str,
+        args: &[&str],
+        kubeconfig: Option<&Path>,
+        log_name: &str,
+    ) -> Result<Self> {
+        let admin = match cluster() {
+            Cluster::Ready { kubeconfig } => kubeconfig,
+            Cluster::Skip(r) => bail!("no control plane: {r}"),
+        };
+        let dir = repo_root().join("target/e2e-logs");
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let log = std::fs::File::create(dir.join(format!("{log_name}.log")))
+            .with_context(|| format!("create the log of {log_name}"))?;
+        let child = Command::new(binary)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig.unwrap_or(&admin))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".to_owned()),
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {binary}"))?;
+        Ok(Process { child })
+    }
+
+    /// Stops the process now (SIGKILL).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,504 @@
+//! End-to-end: the ai-operator binary against a real control plane (testenv/): AI jobs run on
+//! KWOK GPU nodes through the real Job controller and scheduler, retries are counted, an
+//! infrastructure failure costs no retry, templates render into jobs that run, and priority
+//! tiers become PriorityClasses.
+//!
+//! Tests in this file run one at a time (a static lock): each starts its own operator.
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use gryvia_testsupport::{
+    KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, TestNamespace, wait_for,
+};
+use gryvia_types::{FailureClass, GryviaAIJob, GryviaPriority, GryviaTemplate, JobPhase};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static PORT: AtomicU16 = AtomicU16::new(18380);
+
+struct Setup {
+    client: kube::Client,
+    ns: TestNamespace,
+    // Fields drop in declaration order: the operator is killed before the lock is released.
+    _operator: Process,
+    _lease_ns: TestNamespace,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    async fn new(name: &str) -> Option<Setup> {
+        let client = gryvia_testsupport::client().await?;
+        let serial = SERIAL.lock().await;
+        gryvia_client::crds::install(&client, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let lease_ns = TestNamespace::create(&client, "aiop").await.unwrap();
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let operator = Process::start(
+            env!("CARGO_BIN_EXE_gryvia-ai-operator"),
+            &[
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+                "--lease-namespace",
+                &lease_ns.name,
+                "--lease-duration",
+                "4",
+                "--lease-grace",
+                "1",
+            ],
+            None,
+            &format!("ai-operator-{name}"),
+        )
+        .unwrap();
+        let ns = TestNamespace::create(&client, name).await.unwrap();
+        Some(Setup {
+            client,
+            ns,
+            _operator: operator,
+            _lease_ns: lease_ns,
+            _serial: serial,
+        })
+    }
+
+    fn jobs(&self) -> Api<GryviaAIJob> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    async fn submit(&self, body: Value) -> GryviaAIJob {
+        let mut job: GryviaAIJob = serde_json::from_value(body).unwrap();
+        job.metadata.namespace = Some(self.ns.name.clone());
+        self.jobs()
+            .create(&PostParams::default(), &job)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the job reaches `phase` and returns it.
+    async fn wait_phase(&self, name: &str, phase: JobPhase, timeout: Duration) -> GryviaAIJob {
+        let api = self.jobs();
+        let result = wait_for(&format!("job {name} {phase:?}"), timeout, || {
+            let api = api.clone();
+            async move {
+                let j = api.get(name).await.ok()?;
+                (j.status.as_ref()?.phase == Some(phase)).then_some(j)
+            }
+        })
+        .await;
+        match result {
+            Ok(j) => j,
+            Err(e) => {
+                let now = api.get(name).await.map(|j| j.status);
+                panic!("{e:#}; status now: {now:?}")
+            }
+        }
+    }
+
+    async fn pods(&self, job: &str) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns.name)
+            .list(&ListParams::default().labels(&format!("gryvia.io/job-name={job}")))
+            .await
+            .unwrap()
+            .items
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % 0xff_ffff
+    )
+}
+
+fn phase(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_two_worker_job_runs_to_succeeded_on_kwok_gpu_nodes() {
+    let Some(s) = Setup::new("aijob-ok").await else {
+        return;
+    };
+    s.submit(json!({
+        "metadata": {"name": "train"},
+        "spec": {"image": "registry.local/train:1", "gpus": 2, "replicas": 2, "framework": "pytorch",
+                 "gpuType": "NVIDIA-H100-80GB-HBM3", "command": ["python", "train.py"]}
+    }))
+    .await;
+    let job = s
+        .wait_phase("train", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+    let st = job.status.unwrap();
+    assert_eq!(st.succeeded, 2);
+    assert_eq!(st.retries, 0);
+    assert_eq!(st.job_name.as_deref(), Some("train"));
+    assert!(st.start_time.is_some() && st.completion_time.is_some());
+    assert!(
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Succeeded" && c.status == "True")
+    );
+
+    let batch = Api::<Job>::namespaced(s.client.clone(), &s.ns.name)
+        .get("train")
+        .await
+        .unwrap();
+    let spec = batch.spec.unwrap();
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    assert_eq!(spec.backoff_limit, Some(3));
+    let svc = Api::<Service>::namespaced(s.client.clone(), &s.ns.name)
+        .get("train")
+        .await
+        .unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let pods = s.pods("train").await;
+    assert_eq!(pods.len(), 2);
+    for p in &pods {
+        let spec = p.spec.as_ref().unwrap();
+        assert!(spec.node_name.as_deref().unwrap().starts_with("gpu-node-"));
+        assert_eq!(
+            spec.hostname.as_deref().map(|h| h.starts_with("train-")),
+            Some(true)
+        );
+        let c = &spec.containers[0];
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["nvidia.com/gpu"].0, "2");
+        let env: BTreeMap<_, _> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect();
+        assert_eq!(env["WORLD_SIZE"].as_deref(), Some("2"));
+        assert_eq!(env["MASTER_ADDR"].as_deref(), Some("train-0.train"));
+    }
+}
+
+#[tokio::test]
+async fn a_failing_job_is_retried_exactly_retry_limit_times_then_fails() {
+    let Some(s) = Setup::new("aijob-fail").await else {
+        return;
+    };
+    s.submit(json!({
+        "metadata": {"name": "crash"},
+        "spec": {"image": "registry.local/crash:1", "gpus": 1, "retryLimit": 2,
+                 "podAnnotations": {"gryvia.io/testenv-fail": "true", "gryvia.io/testenv-exit-code": "3"}}
+    }))
+    .await;
+    // The Job controller backs off 10 s, then 20 s between attempts.
+    let job = s
+        .wait_phase("crash", JobPhase::Failed, Duration::from_secs(150))
+        .await;
+    let st = job.status.unwrap();
+    assert_eq!(st.retries, 2);
+    assert_eq!(st.infrastructure_failures, 0);
+    assert_eq!(st.failures.len(), 3);
+    assert!(
+        st.failures
+            .iter()
+            .all(|f| f.class == FailureClass::Application && f.exit_code == Some(3))
+    );
+    let failed = st.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "BackoffLimitExceeded");
+    assert!(
+        failed.message.contains("used up retryLimit 2"),
+        "{}",
+        failed.message
+    );
+    let pods = s.pods("crash").await;
+    assert_eq!(
+        pods.iter().filter(|p| phase(p) == "Failed").count(),
+        3,
+        "exactly retryLimit + 1 attempts"
+    );
+}
+
+#[tokio::test]
+async fn an_evicted_pod_on_a_quarantined_node_costs_no_retry_and_its_retry_runs_elsewhere() {
+    let Some(s) = Setup::new("aijob-infra").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "aijob", 2, 8).await.unwrap();
+    s.submit(json!({
+        "metadata": {"name": "resilient"},
+        "spec": {"image": "registry.local/train:1", "gpus": 4, "retryLimit": 0,
+                 "nodeSelector": {NODE_GROUP_LABEL: nodes.group},
+                 "tolerations": [{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                 "podAnnotations": {"gryvia.io/testenv-duration": "20s"}}
+    }))
+    .await;
+    let first = s
+        .wait_phase("resilient", JobPhase::Running, Duration::from_secs(60))
+        .await;
+    assert_eq!(first.status.unwrap().retries, 0);
+    let pods = s.pods("resilient").await;
+    let victim = pods.iter().find(|p| phase(p) == "Running").unwrap();
+    let bad_node = victim.spec.as_ref().unwrap().node_name.clone().unwrap();
+
+    // What the gpu-operator does to a node whose GPU failed: quarantine, then drain through
+    // the Eviction API.
+    let node_api: Api<Node> = Api::all(s.client.clone());
+    node_api
+        .patch(
+            &bad_node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true, "taints": [
+                {"key": NODE_GROUP_TAINT, "value": nodes.group, "effect": "NoSchedule"},
+                {"key": "gryvia.io/gpu-unhealthy", "value": "e2e", "effect": "NoSchedule"}
+            ]}})),
+        )
+        .await
+        .unwrap();
+    Api::<Pod>::namespaced(s.client.clone(), &s.ns.name)
+        .evict(&victim.name_any(), &EvictParams::default())
+        .await
+        .unwrap();
+
+    let job = s
+        .wait_phase("resilient", JobPhase::Succeeded, Duration::from_secs(120))
+        .await;
+    let st = job.status.unwrap();
+    assert_eq!(st.retries, 0, "the eviction used no retry");
+    assert_eq!(st.infrastructure_failures, 1);
+    assert_eq!(st.avoided_nodes, vec![bad_node.clone()]);
+    let f = &st.failures[0];
+    assert_eq!(f.class, FailureClass::Infrastructure);
+    assert_eq!(f.node.as_deref(), Some(bad_node.as_str()));
+    assert!(f.reason.contains("EvictionByEvictionAPI"), "{}", f.reason);
+    let pods = s.pods("resilient").await;
+    let winner = pods.iter().find(|p| phase(p) == "Succeeded").unwrap();
+    assert_ne!(
+        winner.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(bad_node.as_str())
+    );
+    // With retryLimit 0, the Job controller would have failed the job had it counted the pod.
+    let batch = Api::<Job>::namespaced(s.client.clone(), &s.ns.name)
+        .get("resilient")
+        .await
+        .unwrap();
+    assert_eq!(batch.status.unwrap().failed.unwrap_or(0), 0);
+}
+
+#[tokio::test]
+async fn a_job_that_cannot_be_placed_says_why_in_its_scheduled_condition() {
+    let Some(s) = Setup::new("aijob-big").await else {
+        return;
+    };
+    s.submit(json!({
+        "metadata": {"name": "too-big"},
+        "spec": {"image": "registry.local/train:1", "gpus": 64}
+    }))
+    .await;
+    let api = s.jobs();
+    let msg = wait_for(
+        "Scheduled=False Unschedulable",
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move {
+                let j = api.get("too-big").await.ok()?;
+                let c = j
+                    .status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Scheduled")?;
+                (c.reason == "Unschedulable").then_some(c.message)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    let j = api.get("too-big").await.unwrap();
+    assert_eq!(j.status.unwrap().phase, Some(JobPhase::Pending));
+}
+
+#[tokio::test]
+async fn a_template_renders_into_a_job_that_runs_and_counts_it() {
+    let Some(s) = Setup::new("aijob-tpl").await else {
+        return;
+    };
+    let name = unique("e2e-tpl");
+    let tpl: GryviaTemplate = serde_json::from_value(json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTemplate",
+        "metadata": {"name": name},
+        "spec": {"category": "training",
+                 "defaults": {"image": "registry.local/train:{{ .version }}", "resources": {"gpuCount": 2},
+                              "args": ["--batch-size={{ .batchSize }}"]},
+                 "parameters": [{"name": "batchSize", "type": "integer", "default": "32", "validation": {"min": 1, "max": 512}},
+                                {"name": "version", "type": "string", "required": true}]}
+    }))
+    .unwrap();
+    let tpls: Api<GryviaTemplate> = Api::all(s.client.clone());
+    tpls.create(&PostParams::default(), &tpl).await.unwrap();
+    let valid = wait_for("template Valid", Duration::from_secs(30), || {
+        let tpls = tpls.clone();
+        let name = name.clone();
+        async move {
+            let t = tpls.get(&name).await.ok()?;
+            t.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Valid")
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(valid.status, "True", "{}", valid.message);
+
+    let tpl = tpls.get(&name).await.unwrap();
+    let params = BTreeMap::from([
+        ("version".to_owned(), "v7".to_owned()),
+        ("batchSize".to_owned(), "64".to_owned()),
+    ]);
+    let job = gryvia_reconcile::template::render(&tpl, "from-tpl", &s.ns.name, &params).unwrap();
+    gryvia_client::aijob::submit(&s.client, &job).await.unwrap();
+    let done = s
+        .wait_phase("from-tpl", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+    assert_eq!(done.spec.image, "registry.local/train:v7");
+    assert_eq!(done.spec.args, vec!["--batch-size=64"]);
+    assert_eq!(done.spec.gpus, 2);
+    let count = wait_for("instantiatedJobs 1", Duration::from_secs(30), || {
+        let tpls = tpls.clone();
+        let name = name.clone();
+        async move {
+            let n = tpls.get(&name).await.ok()?.status?.instantiated_jobs;
+            (n == 1).then_some(n)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(count, 1);
+    let out_of_range = BTreeMap::from([
+        ("version".to_owned(), "v7".to_owned()),
+        ("batchSize".to_owned(), "0".to_owned()),
+    ]);
+    let e = gryvia_reconcile::template::render(&tpl, "bad", &s.ns.name, &out_of_range).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "parameters.batchSize: 0 is below the minimum 1"
+    );
+    let _ = tpls.delete(&name, &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+async fn a_priority_becomes_a_priority_class_that_annotated_jobs_run_with() {
+    let Some(s) = Setup::new("aijob-prio").await else {
+        return;
+    };
+    let name = unique("e2e-high");
+    let prios: Api<GryviaPriority> = Api::all(s.client.clone());
+    let prio: GryviaPriority = serde_json::from_value(json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority",
+        "metadata": {"name": name},
+        "spec": {"value": 1000, "preemptionPolicy": "Never", "description": "e2e"}
+    }))
+    .unwrap();
+    // The job comes first: it waits for the class.
+    s.submit(json!({
+        "metadata": {"name": "urgent", "annotations": {"gryvia.io/priority-class": name}},
+        "spec": {"image": "registry.local/train:1", "gpus": 1}
+    }))
+    .await;
+    let api = s.jobs();
+    wait_for("PriorityClassNotFound", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let c = api
+                .get("urgent")
+                .await
+                .ok()?
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Scheduled")?;
+            (c.reason == "PriorityClassNotFound").then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    prios.create(&PostParams::default(), &prio).await.unwrap();
+    let pcs: Api<PriorityClass> = Api::all(s.client.clone());
+    let pc = wait_for("PriorityClass", Duration::from_secs(30), || {
+        let pcs = pcs.clone();
+        let name = name.clone();
+        async move { pcs.get(&name).await.ok() }
+    })
+    .await
+    .unwrap();
+    assert_eq!(pc.value, 1000);
+    assert_eq!(pc.preemption_policy.as_deref(), Some("Never"));
+
+    s.wait_phase("urgent", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+    let pods = s.pods("urgent").await;
+    let spec = pods[0].spec.as_ref().unwrap();
+    assert_eq!(spec.priority_class_name.as_deref(), Some(name.as_str()));
+    assert_eq!(spec.priority, Some(1000));
+
+    // A new value replaces the (immutable) PriorityClass.
+    prios
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"value": 2000}})),
+        )
+        .await
+        .unwrap();
+    wait_for("PriorityClass value 2000", Duration::from_secs(30), || {
+        let pcs = pcs.clone();
+        let name = name.clone();
+        async move { (pcs.get(&name).await.ok()?.value == 2000).then_some(()) }
+    })
+    .await
+    .unwrap();
+    let _ = prios.delete(&name, &DeleteParams::default()).await;
+}
+
+#[tokio::test]
+async fn the_api_server_rejects_long_names_and_spec_changes() {
+    let Some(s) = Setup::new("aijob-schema").await else {
+        return;
+    };
+    let long = "a".repeat(53);
+    let mut job: GryviaAIJob = serde_json::from_value(json!({
+        "metadata": {"name": long, "namespace": s.ns.name},
+        "spec": {"image": "img"}
+    }))
+    .unwrap();
+    let e = s
+        .jobs()
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("at most 52 characters"), "{e}");
+    job.metadata.name = Some("short".into());
+    s.jobs().create(&PostParams::default(), &job).await.unwrap();
+    let e = s
+        .jobs()
+        .patch(
+            "short",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpus": 2}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("spec is immutable"), "{e}");
+}

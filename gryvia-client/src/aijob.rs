@@ -1,0 +1,300 @@
+//! The observe half and the wiring of the ai-operator's controllers: GryviaAIJob (batch Jobs,
+//! retries, failure classification), GryviaTemplate (validity, job count) and GryviaPriority
+//! (PriorityClasses). The policy is in `gryvia_reconcile::{aijob, template, priority}`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use gryvia_reconcile::aijob::{
+    AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod,
+};
+use gryvia_reconcile::priority::{ObservedClass, PriorityReconciler, PriorityWorld};
+use gryvia_reconcile::template::{TemplateReconciler, TemplateWorld};
+use gryvia_types::labels;
+use gryvia_types::{GryviaAIJob, GryviaPriority, GryviaTemplate};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+
+use crate::apply::Executor;
+use crate::metrics::Metrics;
+use crate::runtime::{Context, Observe, cluster_owner, run, spec_or_lifecycle};
+use crate::{Result, api_err};
+
+/// Observes an AI job: its batch Job, its pods, their nodes and its PriorityClass.
+pub struct AIJobObserver {
+    client: kube::Client,
+}
+
+impl AIJobObserver {
+    /// An observer reading through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        AIJobObserver { client }
+    }
+}
+
+#[async_trait::async_trait]
+impl Observe for AIJobObserver {
+    type Object = GryviaAIJob;
+    type World = AIJobWorld;
+
+    async fn observe(&self, job: &GryviaAIJob) -> Result<AIJobWorld> {
+        let name = job.name_any();
+        let ns = job.namespace().unwrap_or_default();
+        let uid = job.uid().unwrap_or_default();
+        let batch = Api::<Job>::namespaced(self.client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("read Job {ns}/{name}")))?
+            .map(|j| ObservedJob::of(&j, &uid));
+        let mut pods: Vec<ObservedPod> = Api::<Pod>::namespaced(self.client.clone(), &ns)
+            .list(&ListParams::default().labels(&format!("{}={name}", labels::JOB_NAME)))
+            .await
+            .map_err(api_err(format!("list pods of {ns}/{name}")))?
+            .items
+            .iter()
+            .map(ObservedPod::of)
+            .collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        let nodes_api: Api<Node> = Api::all(self.client.clone());
+        let mut nodes = BTreeMap::new();
+        for node in pods.iter().filter_map(|p| p.node.as_deref()) {
+            if nodes.contains_key(node) {
+                continue;
+            }
+            if let Some(n) = nodes_api
+                .get_opt(node)
+                .await
+                .map_err(api_err(format!("read node {node}")))?
+            {
+                nodes.insert(node.to_owned(), ObservedNode::of(&n));
+            }
+        }
+        let priority_class_exists = match job.annotations().get(labels::PRIORITY_CLASS) {
+            Some(pc) => Api::<PriorityClass>::all(self.client.clone())
+                .get_opt(pc)
+                .await
+                .map_err(api_err(format!("read PriorityClass {pc}")))?
+                .is_some(),
+            None => false,
+        };
+        Ok(AIJobWorld {
+            job: batch,
+            pods,
+            nodes,
+            priority_class_exists,
+        })
+    }
+}
+
+/// Observes a template: how many jobs carry its label.
+pub struct TemplateObserver {
+    client: kube::Client,
+}
+
+#[async_trait::async_trait]
+impl Observe for TemplateObserver {
+    type Object = GryviaTemplate;
+    type World = TemplateWorld;
+
+    async fn observe(&self, template: &GryviaTemplate) -> Result<TemplateWorld> {
+        let name = template.name_any();
+        let n = Api::<GryviaAIJob>::all(self.client.clone())
+            .list_metadata(&ListParams::default().labels(&format!("{}={name}", labels::TEMPLATE)))
+            .await
+            .map_err(api_err(format!("list jobs of template {name}")))?
+            .items
+            .len();
+        Ok(TemplateWorld {
+            instantiated_jobs: i32::try_from(n).unwrap_or(i32::MAX),
+        })
+    }
+}
+
+/// Observes a priority tier: the PriorityClass of the same name.
+pub struct PriorityObserver {
+    client: kube::Client,
+}
+
+#[async_trait::async_trait]
+impl Observe for PriorityObserver {
+    type Object = GryviaPriority;
+    type World = PriorityWorld;
+
+    async fn observe(&self, prio: &GryviaPriority) -> Result<PriorityWorld> {
+        let name = prio.name_any();
+        let class = Api::<PriorityClass>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("read PriorityClass {name}")))?
+            .map(|pc| ObservedClass {
+                value: pc.value,
+                preemption_policy: pc
+                    .preemption_policy
+                    .clone()
+                    .unwrap_or_else(|| "PreemptLowerPriority".to_owned()),
+                managed: pc.labels().get(labels::MANAGED_BY).map(String::as_str)
+                    == Some(labels::MANAGED_BY_VALUE),
+            });
+        Ok(PriorityWorld { class })
+    }
+}
+
+/// Maps a pod of an AI job (label `gryvia.io/job-name`) to its GryviaAIJob.
+fn job_of_pod(pod: Pod) -> Option<ObjectRef<GryviaAIJob>> {
+    let name = pod.labels().get(labels::JOB_NAME)?;
+    Some(ObjectRef::new(name).within(&pod.namespace()?))
+}
+
+/// Builds the ai-operator's controllers; the returned closure starts them (each time this
+/// replica becomes leader).
+pub fn controllers(client: kube::Client, metrics: Metrics) -> crate::runtime::Controllers {
+    Box::new(move || -> BoxFuture<'static, ()> {
+        let client = client.clone();
+        let metrics = metrics.clone();
+        Box::pin(async move {
+            let managed = watcher::Config::default().labels(&format!(
+                "{}={}",
+                labels::MANAGED_BY,
+                labels::MANAGED_BY_VALUE
+            ));
+
+            // GryviaAIJob: status-only updates (the operator's own writes) trigger nothing;
+            // Job and pod changes do.
+            let jobs_api: Api<GryviaAIJob> = Api::all(client.clone());
+            let (store, writer) = kube::runtime::reflector::store();
+            let job_events = watcher(jobs_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .applied_objects()
+                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+            let job_ctrl = Controller::for_stream(job_events, store)
+                .owns(Api::<Job>::all(client.clone()), managed.clone())
+                .watches(
+                    Api::<Pod>::all(client.clone()),
+                    watcher::Config::default().labels(labels::JOB_NAME),
+                    job_of_pod,
+                );
+            let job_reconciler = AIJobReconciler;
+            let job_ctx = Arc::new(Context::new(
+                job_reconciler,
+                AIJobObserver::new(client.clone()),
+                Executor::new(
+                    client.clone(),
+                    gryvia_reconcile::Reconcile::name(&AIJobReconciler),
+                ),
+                metrics.clone(),
+            ));
+
+            // GryviaTemplate: re-counted when a labelled job comes or goes.
+            let tpl_ctrl = Controller::new(
+                Api::<GryviaTemplate>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .watches(
+                Api::<GryviaAIJob>::all(client.clone()),
+                watcher::Config::default().labels(labels::TEMPLATE),
+                |job: GryviaAIJob| {
+                    job.labels()
+                        .get(labels::TEMPLATE)
+                        .map(|t| ObjectRef::<GryviaTemplate>::new(t))
+                },
+            );
+            let tpl_ctx = Arc::new(Context::new(
+                TemplateReconciler,
+                TemplateObserver {
+                    client: client.clone(),
+                },
+                Executor::new(
+                    client.clone(),
+                    gryvia_reconcile::Reconcile::name(&TemplateReconciler),
+                ),
+                metrics.clone(),
+            ));
+
+            // GryviaPriority: its PriorityClass.
+            let prio_ctrl = Controller::new(
+                Api::<GryviaPriority>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .watches(
+                Api::<PriorityClass>::all(client.clone()),
+                managed,
+                cluster_owner::<GryviaPriority, _>,
+            );
+            let prio_ctx = Arc::new(Context::new(
+                PriorityReconciler,
+                PriorityObserver {
+                    client: client.clone(),
+                },
+                Executor::new(
+                    client.clone(),
+                    gryvia_reconcile::Reconcile::name(&PriorityReconciler),
+                ),
+                metrics,
+            ));
+            futures::join!(
+                run(job_ctrl, job_ctx),
+                run(tpl_ctrl, tpl_ctx),
+                run(prio_ctrl, prio_ctx)
+            );
+        })
+    })
+}
+
+/// Field manager of the objects the CLI creates.
+pub const CLI_MANAGER: &str = crate::tenancy::CLI_MANAGER;
+
+/// Creates an AI job (the API server validates it and answers with the field at fault).
+///
+/// # Errors
+/// [`crate::Error::Api`] with the API server's (or an admission webhook's) message.
+pub async fn submit(client: &kube::Client, job: &GryviaAIJob) -> Result<GryviaAIJob> {
+    let ns = job.namespace().unwrap_or_else(|| "default".to_owned());
+    let name = job.name_any();
+    Api::<GryviaAIJob>::namespaced(client.clone(), &ns)
+        .create(
+            &kube::api::PostParams {
+                field_manager: Some(CLI_MANAGER.to_owned()),
+                ..Default::default()
+            },
+            job,
+        )
+        .await
+        .map_err(api_err(format!("create GryviaAIJob {ns}/{name}")))
+}
+
+/// Reads an AI job; `None` when it does not exist.
+///
+/// # Errors
+/// [`crate::Error::Api`] when the read fails.
+pub async fn get(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<GryviaAIJob>> {
+    Api::<GryviaAIJob>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("read GryviaAIJob {namespace}/{name}")))
+}
+
+/// The pods of an AI job, sorted by name.
+///
+/// # Errors
+/// [`crate::Error::Api`] when listing fails.
+pub async fn pods_of(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<Pod>> {
+    let mut pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::JOB_NAME)))
+        .await
+        .map_err(api_err(format!("list pods of {namespace}/{name}")))?
+        .items;
+    pods.sort_by_key(|p| p.meta().name.clone());
+    Ok(pods)
+}

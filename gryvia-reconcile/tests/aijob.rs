@@ -1,0 +1,691 @@
+//! The AI job reconcile: rendering, phases, failure classification and retries.
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on broken fixtures")]
+
+use std::collections::BTreeMap;
+
+use gryvia_reconcile::aijob::{
+    AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod, backoff_limit, classify,
+    merge_failures, render_job,
+};
+use gryvia_reconcile::{EventType, Plan, Reconcile};
+use gryvia_types::k8s_openapi::api::batch::v1::Job;
+use gryvia_types::k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_types::testing::ai_job;
+use gryvia_types::{FailureClass, GryviaAIJob, GryviaAIJobStatus, JobPhase, PodFailure};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn now() -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_800_000_000).unwrap()
+}
+
+fn job_with(spec: Value) -> GryviaAIJob {
+    let mut j = ai_job("team-a", "train", "trainer:1");
+    let mut s = serde_json::to_value(&j.spec).unwrap();
+    for (k, v) in spec.as_object().unwrap() {
+        s[k] = v.clone();
+    }
+    j.spec = serde_json::from_value(s).unwrap();
+    j
+}
+
+fn run(j: &GryviaAIJob, w: &AIJobWorld) -> Plan<GryviaAIJobStatus> {
+    AIJobReconciler.reconcile(j, w, now())
+}
+
+fn child<'a, S>(plan: &'a Plan<S>, kind: &str) -> Option<&'a Value> {
+    plan.apply
+        .iter()
+        .find(|c| c.object_ref.kind == kind)
+        .map(|c| &c.object)
+}
+
+fn owned_job() -> ObservedJob {
+    ObservedJob {
+        owned: true,
+        backoff_limit: 3,
+        ..Default::default()
+    }
+}
+
+fn pod(name: &str, node: Option<&str>, phase: &str) -> ObservedPod {
+    ObservedPod {
+        name: name.to_owned(),
+        node: node.map(str::to_owned),
+        phase: phase.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn healthy(nodes: &[&str]) -> BTreeMap<String, ObservedNode> {
+    nodes
+        .iter()
+        .map(|n| ((*n).to_owned(), ObservedNode::default()))
+        .collect()
+}
+
+/// Reconciles, then feeds the resulting status back in, as the API server would.
+fn settle(j: &mut GryviaAIJob, w: &AIJobWorld) -> Plan<GryviaAIJobStatus> {
+    let plan = run(j, w);
+    if let Some(s) = &plan.status {
+        j.status = Some(s.clone());
+    }
+    plan
+}
+
+#[test]
+fn a_one_worker_job_renders_a_non_indexed_job_with_gpu_limits_and_product_selector() {
+    let j = job_with(
+        json!({"gpus": 4, "gpuType": "NVIDIA-H100-80GB-HBM3", "retryLimit": 2,
+        "command": ["python", "train.py"], "cpu": "8", "memory": "64Gi",
+        "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 600}),
+    );
+    let plan = run(&j, &AIJobWorld::default());
+    let job = child(&plan, "Job").unwrap();
+    assert_eq!(job["metadata"]["name"], "train");
+    assert_eq!(job["metadata"]["namespace"], "team-a");
+    assert_eq!(job["spec"]["backoffLimit"], 2);
+    assert_eq!(job["spec"]["completionMode"], "NonIndexed");
+    assert_eq!(job["spec"]["completions"], 1);
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 3600);
+    assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 600);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(
+        pod["nodeSelector"]["nvidia.com/gpu.product"],
+        "NVIDIA-H100-80GB-HBM3"
+    );
+    let c = &pod["containers"][0];
+    assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 4);
+    assert_eq!(c["resources"]["requests"]["cpu"], "8");
+    assert_eq!(c["resources"]["limits"]["memory"], "64Gi");
+    assert_eq!(c["command"], json!(["python", "train.py"]));
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["gryvia.io/job-name"],
+        "train"
+    );
+    assert!(
+        pod["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "nvidia.com/gpu")
+    );
+    assert!(
+        child(&plan, "Service").is_none(),
+        "one worker needs no Service"
+    );
+}
+
+#[test]
+fn infrastructure_disruptions_are_ignored_by_the_pod_failure_policy() {
+    let j = ai_job("ns", "train", "img");
+    let job = render_job(&j, 3, None);
+    assert_eq!(
+        job["spec"]["podFailurePolicy"]["rules"][0],
+        json!({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]})
+    );
+}
+
+#[test]
+fn a_multi_worker_job_is_indexed_with_a_headless_service_and_rank_environment() {
+    let j = job_with(json!({"replicas": 4, "env": [{"name": "MASTER_PORT", "value": "1234"}]}));
+    let plan = run(&j, &AIJobWorld::default());
+    let job = child(&plan, "Job").unwrap();
+    assert_eq!(job["spec"]["completionMode"], "Indexed");
+    assert_eq!(job["spec"]["parallelism"], 4);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["subdomain"], "train");
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    let get = |n: &str| env.iter().filter(|e| e["name"] == n).collect::<Vec<_>>();
+    assert_eq!(get("WORLD_SIZE")[0]["value"], "4");
+    assert_eq!(get("MASTER_ADDR")[0]["value"], "train-0.train");
+    assert_eq!(
+        get("RANK")[0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    );
+    assert_eq!(get("MASTER_PORT").len(), 1, "the user's MASTER_PORT wins");
+    assert_eq!(get("MASTER_PORT")[0]["value"], "1234");
+    let svc = child(&plan, "Service").unwrap();
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["selector"]["gryvia.io/job-name"], "train");
+}
+
+#[test]
+fn storage_becomes_a_claim_mounted_at_data_and_volumes_are_passed_through() {
+    let j = job_with(json!({
+        "storage": {"size": "100Gi", "storageClassName": "fast", "accessMode": "ReadWriteMany"},
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}, {"name": "cfg", "configMap": {"name": "c"}}],
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "cfg", "mountPath": "/etc/cfg", "readOnly": true}],
+    }));
+    let plan = run(&j, &AIJobWorld::default());
+    let pvc = child(&plan, "PersistentVolumeClaim").unwrap();
+    assert_eq!(pvc["metadata"]["name"], "train-data");
+    assert_eq!(pvc["spec"]["accessModes"], json!(["ReadWriteMany"]));
+    assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "100Gi");
+    assert_eq!(pvc["spec"]["storageClassName"], "fast");
+    let pod = &child(&plan, "Job").unwrap()["spec"]["template"]["spec"];
+    let vols = pod["volumes"].as_array().unwrap();
+    assert!(
+        vols.iter()
+            .any(|v| v["name"] == "shm" && v["emptyDir"]["medium"] == "Memory")
+    );
+    assert!(
+        vols.iter()
+            .any(|v| v["name"] == "cfg" && v["configMap"]["name"] == "c")
+    );
+    assert!(
+        vols.iter()
+            .any(|v| v["persistentVolumeClaim"]["claimName"] == "train-data")
+    );
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["mountPath"] == "/data"));
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/etc/cfg" && m["readOnly"] == true)
+    );
+}
+
+#[test]
+fn a_mount_at_data_next_to_storage_is_an_invalid_spec_naming_the_field() {
+    let j = job_with(json!({
+        "storage": {"size": "1Gi"},
+        "volumes": [{"name": "x", "emptyDir": {}}],
+        "volumeMounts": [{"name": "x", "mountPath": "/data"}],
+    }));
+    let plan = run(&j, &AIJobWorld::default());
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, Some(JobPhase::Failed));
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "InvalidSpec");
+    assert!(
+        ready.message.starts_with("spec.volumeMounts"),
+        "{}",
+        ready.message
+    );
+    assert!(
+        plan.apply.is_empty(),
+        "nothing is created for an invalid job"
+    );
+}
+
+#[test]
+fn the_priority_class_annotation_waits_for_the_class_then_sets_it_on_the_pods() {
+    let mut j = ai_job("ns", "train", "img");
+    j.metadata.annotations = Some(BTreeMap::from([(
+        "gryvia.io/priority-class".to_owned(),
+        "high".to_owned(),
+    )]));
+    let plan = run(&j, &AIJobWorld::default());
+    assert!(child(&plan, "Job").is_none());
+    let status = plan.status.unwrap();
+    let sched = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Scheduled")
+        .unwrap();
+    assert_eq!(sched.reason, "PriorityClassNotFound");
+    assert!(plan.requeue_after_ms.is_some());
+
+    let w = AIJobWorld {
+        priority_class_exists: true,
+        ..Default::default()
+    };
+    let plan = run(&j, &w);
+    let job = child(&plan, "Job").unwrap();
+    assert_eq!(job["spec"]["template"]["spec"]["priorityClassName"], "high");
+    assert_eq!(
+        plan.status.unwrap().priority_class_name.as_deref(),
+        Some("high")
+    );
+}
+
+#[test]
+fn a_job_goes_pending_scheduled_running_succeeded_with_one_event_per_phase() {
+    let mut j = ai_job("ns", "train", "img");
+    let plan = settle(&mut j, &AIJobWorld::default());
+    assert_eq!(j.status.as_ref().unwrap().phase, Some(JobPhase::Pending));
+    assert!(plan.events.iter().any(|e| e.reason == "Pending"));
+
+    let mut w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![pod("train-abc", Some("n1"), "Pending")],
+        nodes: healthy(&["n1"]),
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    assert_eq!(j.status.as_ref().unwrap().phase, Some(JobPhase::Scheduled));
+    assert_eq!(plan.events.len(), 1);
+    assert_eq!(plan.events[0].reason, "Scheduled");
+
+    w.pods[0].phase = "Running".into();
+    w.job.as_mut().unwrap().active = 1;
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Running));
+    assert_eq!(s.active, 1);
+    assert_eq!(plan.events[0].reason, "Running");
+
+    // Same world again: nothing to write, nothing to say.
+    let plan = run(&j, &w);
+    assert!(plan.status.is_none());
+    assert!(plan.events.is_empty());
+
+    w.pods[0].phase = "Succeeded".into();
+    let jb = w.job.as_mut().unwrap();
+    jb.active = 0;
+    jb.succeeded = 1;
+    jb.complete = true;
+    jb.finish_time = Some(now());
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Succeeded));
+    assert!(s.completion_time.is_some());
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Succeeded" && c.status == "True")
+    );
+    assert_eq!(plan.events[0].reason, "Succeeded");
+
+    // Finished: the Job may go (TTL); nothing is re-created.
+    let plan = run(&j, &AIJobWorld::default());
+    assert!(plan.apply.is_empty());
+    assert!(plan.status.is_none());
+}
+
+#[test]
+fn an_unschedulable_worker_reports_the_schedulers_message_in_the_scheduled_condition() {
+    let mut j = ai_job("ns", "train", "img");
+    let mut p = pod("train-x", None, "Pending");
+    p.unschedulable = Some("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.".into());
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![p],
+        ..Default::default()
+    };
+    settle(&mut j, &w);
+    let s = j.status.unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Pending));
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Scheduled")
+        .unwrap();
+    assert_eq!(c.status, "False");
+    assert_eq!(c.reason, "Unschedulable");
+    assert!(c.message.contains("Insufficient nvidia.com/gpu"));
+    assert!(s.message.unwrap().starts_with("waiting for GPUs"));
+}
+
+#[test]
+fn application_failures_count_as_retries_and_the_backoff_limit_stays_the_retry_limit() {
+    let mut j = job_with(json!({"retryLimit": 2}));
+    let mut p1 = pod("train-1", Some("n1"), "Failed");
+    p1.exit_code = Some(3);
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![p1, pod("train-2", Some("n1"), "Running")],
+        nodes: healthy(&["n1"]),
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.retries, 1);
+    assert_eq!(s.infrastructure_failures, 0);
+    assert_eq!(s.failures[0].class, FailureClass::Application);
+    assert_eq!(s.failures[0].reason, "exited with code 3");
+    assert_eq!(child(&plan, "Job").unwrap()["spec"]["backoffLimit"], 2);
+    let ev = plan
+        .events
+        .iter()
+        .find(|e| e.reason == "PodFailed")
+        .unwrap();
+    assert_eq!(ev.type_, EventType::Warning);
+    assert!(ev.message.contains("retry 1 of 2"), "{}", ev.message);
+    // The same failure again is not reported twice.
+    let plan = run(&j, &w);
+    assert!(plan.events.iter().all(|e| e.reason != "PodFailed"));
+}
+
+#[test]
+fn a_job_that_used_up_its_retries_fails_with_the_reason_and_the_count() {
+    let mut j = job_with(json!({"retryLimit": 1}));
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            failed_condition: Some((
+                "BackoffLimitExceeded".into(),
+                "Job has reached the specified backoff limit".into(),
+            )),
+            failed: 2,
+            ..owned_job()
+        }),
+        pods: vec![
+            pod("train-1", Some("n1"), "Failed"),
+            pod("train-2", Some("n1"), "Failed"),
+        ],
+        nodes: healthy(&["n1"]),
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    let s = j.status.unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Failed));
+    assert_eq!(s.retries, 1, "retries never exceed retryLimit");
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "BackoffLimitExceeded");
+    assert!(
+        failed
+            .message
+            .starts_with("2 failed pods used up retryLimit 1")
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == "Failed" && e.type_ == EventType::Warning)
+    );
+}
+
+#[test]
+fn an_evicted_pod_is_an_infrastructure_failure_that_costs_no_retry_and_avoids_the_quarantined_node()
+{
+    let mut j = job_with(json!({"retryLimit": 0}));
+    let mut evicted = pod("train-1", Some("bad"), "Failed");
+    evicted.disruption = Some("EvictionByEvictionAPI".into());
+    let mut nodes = healthy(&["good"]);
+    nodes.insert(
+        "bad".into(),
+        ObservedNode {
+            quarantined: Some("cluster-gpu-health".into()),
+        },
+    );
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![evicted, pod("train-2", Some("good"), "Running")],
+        nodes,
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    let s = j.status.unwrap();
+    assert_eq!(s.retries, 0);
+    assert_eq!(s.infrastructure_failures, 1);
+    assert_eq!(s.avoided_nodes, vec!["bad".to_owned()]);
+    assert_eq!(s.phase, Some(JobPhase::Running));
+    // The pod failure policy already ignored it: the limit is unchanged.
+    assert_eq!(child(&plan, "Job").unwrap()["spec"]["backoffLimit"], 0);
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == "InfrastructureFailure")
+    );
+}
+
+#[test]
+fn a_crash_on_a_node_quarantined_later_is_reclassified_and_gives_the_retry_back() {
+    let mut j = job_with(json!({"retryLimit": 1}));
+    let mut crashed = pod("train-1", Some("n1"), "Failed");
+    crashed.exit_code = Some(139);
+    let mut w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![crashed, pod("train-2", Some("n2"), "Running")],
+        nodes: healthy(&["n1", "n2"]),
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    assert_eq!(j.status.as_ref().unwrap().retries, 1);
+    assert_eq!(child(&plan, "Job").unwrap()["spec"]["backoffLimit"], 1);
+
+    // The health check quarantines n1 (its GPU had an XID error).
+    w.nodes.get_mut("n1").unwrap().quarantined = Some("gpu".into());
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.retries, 0);
+    assert_eq!(s.infrastructure_failures, 1);
+    assert_eq!(s.failures[0].class, FailureClass::Infrastructure);
+    assert_eq!(
+        child(&plan, "Job").unwrap()["spec"]["backoffLimit"],
+        2,
+        "the Job controller counted it: one more attempt is allowed"
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.message.contains("now quarantined"))
+    );
+
+    // The node is released: the record stays infrastructure.
+    w.nodes.get_mut("n1").unwrap().quarantined = None;
+    let plan = settle(&mut j, &w);
+    assert_eq!(j.status.as_ref().unwrap().retries, 0);
+    assert_eq!(child(&plan, "Job").unwrap()["spec"]["backoffLimit"], 2);
+}
+
+#[test]
+fn a_pod_whose_node_is_gone_or_that_the_kubelet_rejected_is_infrastructure() {
+    let nodes = healthy(&["n1"]);
+    let gone = pod("a", Some("vanished"), "Failed");
+    assert_eq!(
+        classify(&gone, &nodes).unwrap().class,
+        FailureClass::Infrastructure
+    );
+    let mut rejected = pod("b", Some("n1"), "Failed");
+    rejected.reason = Some("OutOfnvidia.com/gpu".into());
+    assert_eq!(
+        classify(&rejected, &nodes).unwrap().class,
+        FailureClass::Infrastructure
+    );
+    let mut evicted = pod("c", Some("n1"), "Failed");
+    evicted.reason = Some("Evicted".into());
+    assert_eq!(
+        classify(&evicted, &nodes).unwrap().class,
+        FailureClass::Infrastructure
+    );
+    let app = pod("d", Some("n1"), "Failed");
+    assert_eq!(
+        classify(&app, &nodes).unwrap().class,
+        FailureClass::Application
+    );
+    assert!(classify(&pod("e", Some("n1"), "Running"), &nodes).is_none());
+}
+
+#[test]
+fn a_job_of_the_same_name_that_is_not_ours_is_reported_and_left_alone() {
+    let mut j = ai_job("ns", "train", "img");
+    let w = AIJobWorld {
+        job: Some(ObservedJob::default()),
+        ..Default::default()
+    };
+    let plan = settle(&mut j, &w);
+    assert!(plan.apply.is_empty());
+    let s = j.status.unwrap();
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Scheduled")
+        .unwrap();
+    assert_eq!(c.reason, "JobConflict");
+}
+
+#[test]
+fn a_batch_job_deleted_before_it_finished_fails_the_job_instead_of_running_it_twice() {
+    let mut j = ai_job("ns", "train", "img");
+    settle(&mut j, &AIJobWorld::default());
+    assert_eq!(
+        j.status.as_ref().unwrap().job_name.as_deref(),
+        Some("train")
+    );
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            active: 1,
+            ..owned_job()
+        }),
+        pods: vec![pod("p", Some("n"), "Running")],
+        nodes: healthy(&["n"]),
+        ..Default::default()
+    };
+    settle(&mut j, &w);
+    let plan = settle(&mut j, &AIJobWorld::default());
+    assert!(plan.apply.is_empty());
+    let s = j.status.unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Failed));
+    assert!(s.conditions.iter().any(|c| c.reason == "JobDeleted"));
+}
+
+#[test]
+fn pod_labels_and_annotations_reach_the_pods_and_the_template_label_is_kept() {
+    let mut j = job_with(json!({"podLabels": {"team": "nlp"}, "podAnnotations": {"a": "b"}}));
+    j.metadata.labels = Some(BTreeMap::from([(
+        "gryvia.io/template".to_owned(),
+        "t".to_owned(),
+    )]));
+    let job = render_job(&j, 1, None);
+    let meta = &job["spec"]["template"]["metadata"];
+    assert_eq!(meta["labels"]["team"], "nlp");
+    assert_eq!(meta["labels"]["gryvia.io/template"], "t");
+    assert_eq!(meta["annotations"]["a"], "b");
+    assert_eq!(job["metadata"]["labels"]["gryvia.io/template"], "t");
+}
+
+#[test]
+fn the_observed_summaries_read_jobs_pods_and_nodes() {
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "t", "ownerReferences": [{"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob", "name": "t", "uid": "u1"}]},
+        "spec": {"backoffLimit": 4, "template": {}},
+        "status": {"active": 1, "failed": 2, "conditions": [
+            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too long", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]}
+    }))
+    .unwrap();
+    let o = ObservedJob::of(&job, "u1");
+    assert!(o.owned);
+    assert_eq!(o.backoff_limit, 4);
+    assert_eq!(
+        o.failed_condition,
+        Some(("DeadlineExceeded".into(), "too long".into()))
+    );
+    assert!(o.finish_time.is_some());
+    assert!(!ObservedJob::of(&job, "other").owned);
+
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "t-1"},
+        "spec": {"nodeName": "n1", "containers": []},
+        "status": {"phase": "Failed", "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        ], "containerStatuses": [{"name": "worker", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137}}}]}
+    }))
+    .unwrap();
+    let op = ObservedPod::of(&p);
+    assert_eq!(op.disruption.as_deref(), Some("EvictionByEvictionAPI"));
+    assert_eq!(op.exit_code, Some(137));
+    assert_eq!(op.node.as_deref(), Some("n1"));
+
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": "gryvia.io/gpu-unhealthy", "value": "hc", "effect": "NoSchedule"}]}
+    }))
+    .unwrap();
+    assert_eq!(ObservedNode::of(&n).quarantined.as_deref(), Some("hc"));
+}
+
+fn failure(pod: &str, class: FailureClass, disrupted: bool) -> PodFailure {
+    PodFailure {
+        pod: pod.to_owned(),
+        node: Some("n".into()),
+        class,
+        reason: if disrupted {
+            "disrupted: X".into()
+        } else {
+            "x".into()
+        },
+        exit_code: None,
+    }
+}
+
+proptest! {
+    /// Infrastructure failures never use up a retry: the Job controller may count at most
+    /// `retryLimit` application failures before the job fails, whatever else failed.
+    #[test]
+    fn the_backoff_limit_leaves_exactly_retry_limit_for_the_application(
+        retry_limit in 0i32..20,
+        kinds in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..40),
+    ) {
+        let failures: Vec<PodFailure> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, (infra, disrupted))| {
+                let class = if *infra { FailureClass::Infrastructure } else { FailureClass::Application };
+                failure(&format!("p{i}"), class, *infra && *disrupted)
+            })
+            .collect();
+        let counted_by_job_controller = failures
+            .iter()
+            .filter(|f| !f.reason.starts_with("disrupted:"))
+            .count() as i32;
+        let app = failures.iter().filter(|f| f.class == FailureClass::Application).count() as i32;
+        let limit = backoff_limit(retry_limit, &failures);
+        // The job fails when counted > limit; that happens exactly when app > retryLimit.
+        prop_assert_eq!(counted_by_job_controller > limit, app > retry_limit);
+    }
+
+    /// Merging is idempotent and never drops or downgrades a recorded infrastructure failure.
+    #[test]
+    fn merging_failures_is_idempotent_and_monotone(
+        phases in proptest::collection::vec((0u8..3, any::<bool>()), 0..20),
+    ) {
+        let pods: Vec<ObservedPod> = phases
+            .iter()
+            .enumerate()
+            .map(|(i, (p, on_bad))| {
+                let mut op = pod(&format!("p{i}"), Some(if *on_bad { "bad" } else { "ok" }), ["Failed", "Running", "Succeeded"][*p as usize]);
+                if *p == 0 && i % 3 == 0 { op.disruption = Some("PreemptionByScheduler".into()); }
+                op
+            })
+            .collect();
+        let mut nodes = healthy(&["ok"]);
+        nodes.insert("bad".into(), ObservedNode { quarantined: Some("hc".into()) });
+        let w = AIJobWorld { pods, nodes, ..Default::default() };
+        let once = merge_failures(&[], &w);
+        let twice = merge_failures(&once, &w);
+        prop_assert_eq!(&once, &twice);
+        let released = AIJobWorld { nodes: healthy(&["ok", "bad"]), ..w.clone() };
+        let after = merge_failures(&once, &released);
+        for (a, b) in once.iter().zip(&after) {
+            if a.class == FailureClass::Infrastructure {
+                prop_assert_eq!(b.class, FailureClass::Infrastructure);
+            }
+        }
+    }
+}
+
+#[test]
+fn waiting_between_retries_is_pending_without_a_new_event() {
+    let mut j = job_with(json!({"retryLimit": 3}));
+    let mut w = AIJobWorld {
+        job: Some(ObservedJob {
+            active: 1,
+            ..owned_job()
+        }),
+        pods: vec![pod("train-1", Some("n1"), "Running")],
+        nodes: healthy(&["n1"]),
+        ..Default::default()
+    };
+    settle(&mut j, &w);
+    assert_eq!(j.status.as_ref().unwrap().phase, Some(JobPhase::Running));
+    w.pods[0].phase = "Failed".into();
+    w.job.as_mut().unwrap().active = 0;
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Pending));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("waiting for the Job controller to retry a failed pod")
+    );
+    let reasons: Vec<&str> = plan.events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, vec!["PodFailed"]);
+}
