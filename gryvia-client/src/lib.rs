@@ -5,6 +5,7 @@
 //! machinery later controllers build on. Policy does not live here: it is in the pure
 //! `gryvia-reconcile` crate; this crate observes the world and applies Plans.
 
+pub mod admission;
 pub mod aijob;
 pub mod apply;
 pub mod crds;
@@ -78,6 +79,9 @@ pub enum Error {
         /// What is wrong, naming the frame and field.
         reason: String,
     },
+    /// TLS material of a server could not be made or loaded.
+    #[error("tls: {0}")]
+    Tls(String),
     /// An object could not be (de)serialized.
     #[error("serialize {what}: {source}")]
     Serialize {
@@ -104,6 +108,7 @@ impl Error {
             Error::Gpu(_) => "gpu",
             Error::Runtime(_) => "runtime",
             Error::Trace { .. } => "trace",
+            Error::Tls(_) => "tls",
         }
     }
 
@@ -118,6 +123,7 @@ impl Error {
                 Duration::from_secs(30)
             }
             Error::Gpu(_) | Error::Trace { .. } => Duration::from_secs(10),
+            Error::Tls(_) => Duration::from_secs(30),
         }
     }
 }

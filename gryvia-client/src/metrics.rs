@@ -35,6 +35,15 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
+/// Labels of an admission review metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// `validate` or `mutate`.
+    pub hook: String,
+    /// Whether the object was admitted.
+    pub allowed: bool,
+}
+
 /// The metrics every controller records.
 #[derive(Clone)]
 pub struct Metrics {
@@ -47,6 +56,10 @@ pub struct Metrics {
     pub duration: Family<ControllerLabels, Histogram>,
     /// 1 while this replica holds the leader lease.
     pub leader: Family<ControllerLabels, Gauge>,
+    /// Admission reviews answered.
+    pub webhook_reviews: Family<WebhookLabels, Counter>,
+    /// Time to answer an admission review (label `controller`: the hook), seconds.
+    pub webhook_duration: Family<ControllerLabels, Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -71,6 +84,20 @@ impl Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 16))
         });
         let leader = Family::<ControllerLabels, Gauge>::default();
+        let webhook_reviews = Family::<WebhookLabels, Counter>::default();
+        let webhook_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.00001, 2.0, 20))
+        });
+        registry.register(
+            "webhook_reviews",
+            "Admission reviews answered",
+            webhook_reviews.clone(),
+        );
+        registry.register(
+            "webhook_review_duration_seconds",
+            "Time to answer an admission review",
+            webhook_duration.clone(),
+        );
         registry.register("reconciles", "Reconciles started", reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed", errors.clone());
         registry.register(
@@ -85,6 +112,8 @@ impl Metrics {
             errors,
             duration,
             leader,
+            webhook_reviews,
+            webhook_duration,
         }
     }
 

@@ -104,6 +104,9 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Work an operator runs on every replica, leader or not (an admission webhook server).
+pub type Sidecar = futures::future::BoxFuture<'static, Result<()>>;
+
 /// The whole life of operator `name` on a runtime of its own: checks the flags, connects
 /// ([`crate::connect`]), builds the controllers with `build` and [`run`]s them.
 ///
@@ -114,36 +117,59 @@ pub fn run_blocking(
     flags: &OperatorFlags,
     build: impl FnOnce(kube::Client, Metrics) -> Controllers,
 ) -> Result<()> {
+    run_blocking_with(name, flags, |client, metrics| {
+        (build(client, metrics), None)
+    })
+}
+
+/// Like [`run_blocking`], with a [`Sidecar`] that runs on every replica beside the
+/// leader-elected controllers; the operator stops when it fails.
+///
+/// # Errors
+/// Invalid lease flags, no cluster configuration, or what [`run`] returns.
+pub fn run_blocking_with(
+    name: &str,
+    flags: &OperatorFlags,
+    build: impl FnOnce(kube::Client, Metrics) -> (Controllers, Option<Sidecar>),
+) -> Result<()> {
     flags.lease(name)?;
     let rt = tokio::runtime::Runtime::new().map_err(Error::Runtime)?;
     rt.block_on(async {
         let client = crate::connect().await?;
         let metrics = Metrics::new();
-        let controllers = build(client.clone(), metrics.clone());
-        run(name, flags, client, metrics, controllers).await
+        let (controllers, sidecar) = build(client.clone(), metrics.clone());
+        run(name, flags, client, metrics, controllers, sidecar).await
     })
 }
 
-/// Runs operator `name`: serves metrics and probes, runs `controllers` while leading, and
-/// returns on SIGTERM/SIGINT.
+/// Runs operator `name`: serves metrics and probes, runs `controllers` while leading and the
+/// `sidecar` all the time, and returns on SIGTERM/SIGINT.
 ///
 /// # Errors
-/// When the metrics server cannot listen or leader election fails.
+/// When the metrics server cannot listen, leader election fails or the sidecar fails.
 pub async fn run(
     name: &str,
     flags: &OperatorFlags,
     client: kube::Client,
     metrics: Metrics,
     controllers: Controllers,
+    sidecar: Option<Sidecar>,
 ) -> Result<()> {
     let health = Health::default();
     let lease = flags.lease(name)?;
     let server = crate::metrics::serve(flags.metrics_addr, metrics.clone(), health.clone());
     let operator =
         crate::runtime::run_leader_elected(client, lease, name, metrics, health, controllers);
+    let sidecar = async move {
+        match sidecar {
+            Some(s) => s.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = server => r?,
         r = operator => r?,
+        r = sidecar => r?,
         () = shutdown_signal() => tracing::info!("SIGTERM or SIGINT received; shutting down"),
     }
     Ok(())

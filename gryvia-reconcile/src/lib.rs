@@ -17,6 +17,7 @@
 //! Because a Plan is data, the same reconcile runs unchanged in an operator, a unit test, the
 //! Python SDK, a `--dry-run` and a what-if simulation.
 
+pub mod admission;
 pub mod aijob;
 pub mod cron;
 pub mod health;

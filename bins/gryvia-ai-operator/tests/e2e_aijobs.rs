@@ -34,32 +34,111 @@ struct Setup {
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
+/// Removes a test's webhook configurations when dropped (they only select the test's own
+/// namespace, so a left-over one harms nobody, but the cluster stays tidy).
+struct WebhookCleanup(String);
+
+impl Drop for WebhookCleanup {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Some(c) = gryvia_testsupport::client().await {
+                    let _ = gryvia_client::admission::unregister(&c, &name).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 impl Setup {
     async fn new(name: &str) -> Option<Setup> {
+        Self::start(name, &[], None).await
+    }
+
+    /// Also serves and registers the admission webhooks (for the test namespace only);
+    /// `label` goes on the test namespace before the operator starts.
+    async fn with_webhooks(
+        name: &str,
+        label: Option<(&str, &str)>,
+    ) -> Option<(Setup, WebhookCleanup)> {
+        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let addr = format!("127.0.0.1:{port}");
+        let hook_name = unique("gryvia-e2e");
+        let s = Self::start(
+            name,
+            &[
+                "--webhook-addr".to_owned(),
+                addr.clone(),
+                "--webhook-url".to_owned(),
+                format!("https://{addr}"),
+                "--webhook-name".to_owned(),
+                hook_name.clone(),
+            ],
+            label,
+        )
+        .await?;
+        let cleanup = WebhookCleanup(hook_name.clone());
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        let vwc: Api<ValidatingWebhookConfiguration> = Api::all(s.client.clone());
+        wait_for("webhooks registered", Duration::from_secs(60), || {
+            let vwc = vwc.clone();
+            let hook_name = hook_name.clone();
+            async move { vwc.get(&hook_name).await.ok() }
+        })
+        .await
+        .unwrap();
+        Some((s, cleanup))
+    }
+
+    async fn start(name: &str, extra: &[String], label: Option<(&str, &str)>) -> Option<Setup> {
         let client = gryvia_testsupport::client().await?;
         let serial = SERIAL.lock().await;
         gryvia_client::crds::install(&client, Duration::from_secs(60))
             .await
             .unwrap();
         let lease_ns = TestNamespace::create(&client, "aiop").await.unwrap();
+        let ns = TestNamespace::create(&client, name).await.unwrap();
+        if let Some((k, v)) = label {
+            Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                .patch(
+                    &ns.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {k: v}}})),
+                )
+                .await
+                .unwrap();
+        }
         let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let selector = format!("kubernetes.io/metadata.name={}", ns.name);
+        let mut args: Vec<String> = vec![
+            "--metrics-addr".into(),
+            format!("127.0.0.1:{port}"),
+            "--lease-namespace".into(),
+            lease_ns.name.clone(),
+            "--lease-duration".into(),
+            "4".into(),
+            "--lease-grace".into(),
+            "1".into(),
+        ];
+        if !extra.is_empty() {
+            args.extend(extra.iter().cloned());
+            args.push("--webhook-namespace-selector".into());
+            args.push(selector);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let operator = Process::start(
             env!("CARGO_BIN_EXE_gryvia-ai-operator"),
-            &[
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-                "--lease-namespace",
-                &lease_ns.name,
-                "--lease-duration",
-                "4",
-                "--lease-grace",
-                "1",
-            ],
+            &args,
             None,
             &format!("ai-operator-{name}"),
         )
         .unwrap();
-        let ns = TestNamespace::create(&client, name).await.unwrap();
         Some(Setup {
             client,
             ns,
@@ -501,4 +580,178 @@ async fn the_api_server_rejects_long_names_and_spec_changes() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("spec is immutable"), "{e}");
+}
+
+async fn create_cluster_object<K>(client: &kube::Client, body: Value) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(body).unwrap();
+    Api::<K>::all(client.clone())
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environment() {
+    let tenant = unique("e2e-ml");
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let h100 = unique("e2e-h100");
+    let a100 = unique("e2e-a100");
+    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": h100},
+        "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}}),
+    )
+    .await;
+    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": a100},
+        "spec": {"gpuProduct": "NVIDIA-A100-SXM4-80GB", "pricePerGpuHour": "2.50"}}),
+    )
+    .await;
+    let _: gryvia_types::GryviaTenant = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+        "spec": {"displayName": "ML", "allowedSkus": [h100]}}),
+    )
+    .await;
+    let Some((s, _hooks)) =
+        Setup::with_webhooks("aijob-hook", Some(("gryvia.io/tenant", &tenant))).await
+    else {
+        return;
+    };
+
+    // The API server may take a moment to start calling a new webhook: retry until the
+    // disallowed job is rejected.
+    let jobs = s.jobs();
+    let ns = s.ns.name.clone();
+    let message = wait_for(
+        "the validating webhook to reject an A100 job",
+        Duration::from_secs(30),
+        || {
+            let jobs = jobs.clone();
+            let ns = ns.clone();
+            async move {
+                let job: GryviaAIJob = serde_json::from_value(json!({
+                    "metadata": {"name": "on-a100", "namespace": ns},
+                    "spec": {"image": "img", "gpus": 1, "gpuType": "NVIDIA-A100-SXM4-80GB"}
+                }))
+                .unwrap();
+                match jobs.create(&PostParams::default(), &job).await {
+                    Err(kube::Error::Api(e)) => Some(e.message),
+                    Err(_) => None,
+                    Ok(_) => {
+                        let _ = jobs.delete("on-a100", &DeleteParams::default()).await;
+                        None
+                    }
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        message.contains("admission webhook \"validate.aijobs.gryvia.io\" denied the request: spec.gpuType: NVIDIA-A100-SXM4-80GB is not allowed for tenant"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("allowed SKUs: {h100}")),
+        "{message}"
+    );
+
+    // An H100 job passes, with the distributed-training environment injected.
+    let admitted = s.submit(json!({
+        "metadata": {"name": "on-h100"},
+        "spec": {"image": "img", "gpus": 2, "replicas": 2, "framework": "pytorch", "gpuType": "NVIDIA-H100-80GB-HBM3",
+                 "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}
+    }))
+    .await;
+    let env: BTreeMap<String, Option<String>> = admitted
+        .spec
+        .env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    assert_eq!(
+        env["NCCL_DEBUG"].as_deref(),
+        Some("INFO"),
+        "the job's own value stays"
+    );
+    assert_eq!(env["PET_NNODES"].as_deref(), Some("2"));
+    assert_eq!(env["PET_NODE_RANK"].as_deref(), Some("$(RANK)"));
+    assert_eq!(env["NCCL_SOCKET_IFNAME"].as_deref(), Some("^lo,docker0"));
+    s.wait_phase("on-h100", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+
+    // A template label that names no template is rejected.
+    let mut job: GryviaAIJob = serde_json::from_value(json!({
+        "metadata": {"name": "from-nothing", "namespace": s.ns.name, "labels": {"gryvia.io/template": "no-such-template"}},
+        "spec": {"image": "img", "gpus": 0}
+    }))
+    .unwrap();
+    let e = s
+        .jobs()
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "metadata.labels[gryvia.io/template]: template no-such-template does not exist"
+        ),
+        "{e}"
+    );
+
+    // Over the namespace's GPU quota: rejected with what is left.
+    let rq: k8s_openapi::api::core::v1::ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "4"}}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(s.client.clone(), &s.ns.name)
+        .create(&PostParams::default(), &rq)
+        .await
+        .unwrap();
+    job.metadata.labels = None;
+    job.metadata.name = Some("too-many".into());
+    job.spec.gpus = 8;
+    job.spec.gpu_type = Some("NVIDIA-H100-80GB-HBM3".into());
+    let jobs = s.jobs();
+    let e = wait_for("the quota to be enforced", Duration::from_secs(30), || {
+        let jobs = jobs.clone();
+        let job = job.clone();
+        async move {
+            match jobs.create(&PostParams::default(), &job).await {
+                Err(e) => Some(e.to_string()),
+                Ok(_) => {
+                    let _ = jobs.delete("too-many", &DeleteParams::default()).await;
+                    None
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(e.contains("spec.gpus: the job needs 8 GPUs (gpus x replicas) and the namespace has 4 of its 4-GPU quota left (ResourceQuota gpus)"), "{e}");
+
+    let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
+        .delete(&tenant, &DeleteParams::default())
+        .await;
+    for sku in [h100, a100] {
+        let _ = Api::<gryvia_types::GryviaGpuSku>::all(s.client.clone())
+            .delete(&sku, &DeleteParams::default())
+            .await;
+    }
 }

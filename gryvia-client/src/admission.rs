@@ -1,0 +1,750 @@
+//! The ai-operator's admission webhooks: a TLS server answering `AdmissionReview`s for new
+//! GryviaAIJobs, its certificates, and its registration with the API server.
+//!
+//! The decisions are the pure functions of `gryvia_reconcile::admission`; this module reads
+//! the facts they need from watch caches (namespaces, tenants, GPU SKUs, ResourceQuotas,
+//! templates, reservations), so a review costs no API call. When a cache is not synced yet,
+//! the webhook fails open (admits, with a warning) unless it was started fail-closed; the
+//! registration's `failurePolicy` follows the same flag (`Ignore` or `Fail`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::{get, post};
+use base64::Engine;
+use futures::StreamExt;
+use gryvia_reconcile::admission::{
+    AdmissionWorld, Decision, GpuQuota, ReservationFacts, TemplateState, TenantFacts, mutate_job,
+    validate_job,
+};
+use gryvia_types::conditions;
+use gryvia_types::{
+    GryviaAIJob, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant, OwnerType, labels,
+};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+use crate::{Error, Result, api_err};
+
+/// Path of the validating webhook.
+pub const VALIDATE_PATH: &str = "/validate-aijob";
+/// Path of the mutating webhook.
+pub const MUTATE_PATH: &str = "/mutate-aijob";
+
+/// The watch caches the webhooks read.
+#[derive(Clone)]
+pub struct Caches {
+    namespaces: Store<Namespace>,
+    tenants: Store<GryviaTenant>,
+    skus: Store<GryviaGpuSku>,
+    quotas: Store<ResourceQuota>,
+    templates: Store<GryviaTemplate>,
+    reservations: Store<GryviaReservation>,
+}
+
+fn cache<K>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let fut = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    (store, Box::pin(fut))
+}
+
+impl Caches {
+    /// Starts the watches (on the current runtime) and returns their caches.
+    pub fn start(client: &kube::Client) -> Self {
+        let (namespaces, a) = cache(Api::<Namespace>::all(client.clone()));
+        let (tenants, b) = cache(Api::<GryviaTenant>::all(client.clone()));
+        let (skus, c) = cache(Api::<GryviaGpuSku>::all(client.clone()));
+        let (quotas, d) = cache(Api::<ResourceQuota>::all(client.clone()));
+        let (templates, e) = cache(Api::<GryviaTemplate>::all(client.clone()));
+        let (reservations, f) = cache(Api::<GryviaReservation>::all(client.clone()));
+        for fut in [a, b, c, d, e, f] {
+            tokio::spawn(fut);
+        }
+        Caches {
+            namespaces,
+            tenants,
+            skus,
+            quotas,
+            templates,
+            reservations,
+        }
+    }
+
+    /// Waits until every cache has its first full list, or `timeout` passes.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when a cache is not ready in time.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let all = async {
+            let _ = self.namespaces.wait_until_ready().await;
+            let _ = self.tenants.wait_until_ready().await;
+            let _ = self.skus.wait_until_ready().await;
+            let _ = self.quotas.wait_until_ready().await;
+            let _ = self.templates.wait_until_ready().await;
+            let _ = self.reservations.wait_until_ready().await;
+        };
+        tokio::time::timeout(timeout, all)
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "the admission caches".to_owned(),
+                after: timeout,
+            })
+    }
+
+    /// The facts about `job` that the validating webhook needs, from the caches.
+    ///
+    /// # Errors
+    /// A reason when a cache has not been filled yet (the caller fails open or closed).
+    pub fn facts(
+        &self,
+        job: &GryviaAIJob,
+        namespace: &str,
+    ) -> std::result::Result<AdmissionWorld, String> {
+        let namespace_obj = self
+            .namespaces
+            .get(&ObjectRef::new(namespace))
+            .ok_or_else(|| format!("namespace {namespace} is not in the cache yet"))?;
+        let tenant = match namespace_obj.labels().get(labels::TENANT) {
+            Some(t) => {
+                let obj = self.tenants.get(&ObjectRef::new(t)).ok_or_else(|| {
+                    format!("tenant {t} of namespace {namespace} is not in the cache")
+                })?;
+                Some(TenantFacts {
+                    name: t.clone(),
+                    allowed_skus: obj.spec.allowed_skus.clone(),
+                    gpus_per_type: obj
+                        .spec
+                        .quotas
+                        .as_ref()
+                        .map(|q| q.gpus_per_type.clone())
+                        .unwrap_or_default(),
+                    gpus_in_use_by_type: obj
+                        .status
+                        .as_ref()
+                        .map(|s| s.gpus_in_use_by_type.clone())
+                        .unwrap_or_default(),
+                })
+            }
+            None => None,
+        };
+        let skus = self
+            .skus
+            .state()
+            .iter()
+            .map(|s| (s.name_any(), s.spec.gpu_product.clone()))
+            .collect();
+        let gpu_quota = self
+            .quotas
+            .state()
+            .iter()
+            .filter(|q| q.namespace().as_deref() == Some(namespace))
+            .filter_map(|q| {
+                let hard = q.status.as_ref()?.hard.as_ref()?.get(GPU_REQUESTS)?;
+                let hard: i64 = hard.0.parse().ok()?;
+                let used: i64 = q
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.used.as_ref())
+                    .and_then(|u| u.get(GPU_REQUESTS))
+                    .and_then(|u| u.0.parse().ok())
+                    .unwrap_or(0);
+                Some(GpuQuota {
+                    name: q.name_any(),
+                    hard,
+                    used,
+                })
+            })
+            .min_by_key(|q| q.hard - q.used);
+        let template = job.labels().get(labels::TEMPLATE).map(|t| {
+            match self.templates.get(&ObjectRef::new(t)) {
+                None => TemplateState::Missing,
+                Some(obj) => {
+                    let valid = obj
+                        .status
+                        .as_ref()
+                        .and_then(|s| conditions::find(&s.conditions, conditions::VALID).cloned());
+                    match valid {
+                        Some(c) if c.status == "True" => TemplateState::Valid,
+                        Some(c) => TemplateState::Invalid(c.message),
+                        None => TemplateState::Invalid(
+                            "the ai-operator has not checked it yet".to_owned(),
+                        ),
+                    }
+                }
+            }
+        });
+        let reservation = job.annotations().get(labels::RESERVATION).map(|r| {
+            match self.reservations.get(&ObjectRef::new(r)) {
+                None => ReservationFacts {
+                    exists: false,
+                    owner: None,
+                },
+                Some(obj) => ReservationFacts {
+                    exists: true,
+                    owner: matches!(obj.spec.owner.type_, OwnerType::Team | OwnerType::Tenant)
+                        .then(|| obj.spec.owner.name.clone()),
+                },
+            }
+        });
+        Ok(AdmissionWorld {
+            tenant,
+            skus,
+            gpu_quota,
+            template,
+            reservation,
+        })
+    }
+}
+
+const GPU_REQUESTS: &str = "requests.nvidia.com/gpu";
+
+/// What the webhook handlers share.
+#[derive(Clone)]
+pub struct WebhookState {
+    /// The caches.
+    pub caches: Caches,
+    /// Deny when the facts cannot be read (default: admit with a warning).
+    pub fail_closed: bool,
+    /// Metrics (review counts and latency).
+    pub metrics: Metrics,
+}
+
+/// Which webhook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// Validating.
+    Validate,
+    /// Mutating.
+    Mutate,
+}
+
+impl Hook {
+    fn label(self) -> &'static str {
+        match self {
+            Hook::Validate => "validate",
+            Hook::Mutate => "mutate",
+        }
+    }
+}
+
+/// Answers one `AdmissionReview` (the whole request body) with the response body.
+pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
+    let request = &body["request"];
+    let uid = request["uid"].clone();
+    let respond = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+    let decision_json = |d: Decision| {
+        let mut r = json!({"uid": uid, "allowed": d.allowed});
+        if let Some(m) = d.message {
+            r["status"] = json!({"code": 403, "reason": "Forbidden", "message": m});
+        }
+        if !d.warnings.is_empty() {
+            r["warnings"] = json!(d.warnings);
+        }
+        r
+    };
+    let job: GryviaAIJob = match serde_json::from_value(request["object"].clone()) {
+        Ok(j) => j,
+        Err(e) => {
+            return respond(decision_json(Decision::deny(format!(
+                "the object is not a GryviaAIJob: {e}"
+            ))));
+        }
+    };
+    let namespace = request["namespace"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| job.namespace())
+        .unwrap_or_default();
+    match hook {
+        Hook::Mutate => {
+            let ops = mutate_job(&job);
+            let mut r = json!({"uid": uid, "allowed": true});
+            if !ops.is_empty() {
+                let patch = serde_json::to_vec(&ops).unwrap_or_default();
+                r["patchType"] = json!("JSONPatch");
+                r["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));
+            }
+            respond(r)
+        }
+        Hook::Validate => {
+            let decision = match state.caches.facts(&job, &namespace) {
+                Ok(world) => validate_job(&job, &world),
+                Err(why) if state.fail_closed => Decision::deny(format!(
+                    "admission facts unavailable and the webhook is fail-closed: {why}"
+                )),
+                Err(why) => {
+                    let mut d = Decision::allow();
+                    d.warnings.push(format!(
+                        "gryvia admission checks skipped (fail-open): {why}"
+                    ));
+                    d
+                }
+            };
+            respond(decision_json(decision))
+        }
+    }
+}
+
+async fn handle(
+    state: WebhookState,
+    hook: Hook,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let started = Instant::now();
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                http::StatusCode::BAD_REQUEST,
+                format!("invalid AdmissionReview: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let out = review(&state, hook, &parsed);
+    let labels = crate::metrics::WebhookLabels {
+        hook: hook.label().to_owned(),
+        allowed: out["response"]["allowed"].as_bool().unwrap_or(false),
+    };
+    state.metrics.webhook_reviews.get_or_create(&labels).inc();
+    state
+        .metrics
+        .webhook_duration
+        .get_or_create(&crate::metrics::ControllerLabels {
+            controller: hook.label().to_owned(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    (
+        [(http::header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(&out).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+/// The webhook routes: `POST /validate-aijob`, `POST /mutate-aijob`, `GET /healthz`.
+pub fn router(state: WebhookState) -> Router {
+    let v = state.clone();
+    let m = state;
+    Router::new()
+        .route(
+            VALIDATE_PATH,
+            post(move |body: axum::body::Bytes| handle(v.clone(), Hook::Validate, body)),
+        )
+        .route(
+            MUTATE_PATH,
+            post(move |body: axum::body::Bytes| handle(m.clone(), Hook::Mutate, body)),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+}
+
+/// PEM certificates and key of the webhook server, and the CA that signed them (the
+/// registration's `caBundle`).
+#[derive(Clone, Debug)]
+pub struct TlsMaterial {
+    /// The CA certificate(s), PEM.
+    pub ca_pem: String,
+    /// The serving certificate chain, PEM.
+    pub cert_pem: String,
+    /// The serving key, PEM.
+    pub key_pem: String,
+}
+
+impl TlsMaterial {
+    /// A new CA and a serving certificate for `names` (DNS names or IP addresses) signed by
+    /// it, valid for a year. For one replica or development; with several replicas, mount
+    /// one certificate into all of them (`from_dir`).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when a certificate cannot be made (an invalid name).
+    pub fn self_signed(names: &[String]) -> Result<Self> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let tls = |e: rcgen::Error| Error::Tls(e.to_string());
+        let ca_key = KeyPair::generate().map_err(tls)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "gryvia-ai-operator webhook CA");
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = rcgen::CertifiedIssuer::self_signed(ca, ca_key).map_err(tls)?;
+        let key = KeyPair::generate().map_err(tls)?;
+        let mut leaf = CertificateParams::new(names.to_vec()).map_err(tls)?;
+        leaf.distinguished_name.push(
+            DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
+        let cert = leaf.signed_by(&key, &ca).map_err(tls)?;
+        Ok(TlsMaterial {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// Reads `tls.crt`, `tls.key` and `ca.crt` from `dir` (a cert-manager Secret mounted as
+    /// files).
+    ///
+    /// # Errors
+    /// [`Error::Tls`] naming the file that cannot be read.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .map_err(|e| Error::Tls(format!("read {}: {e}", dir.join(f).display())))
+        };
+        Ok(TlsMaterial {
+            ca_pem: read("ca.crt")?,
+            cert_pem: read("tls.crt")?,
+            key_pem: read("tls.key")?,
+        })
+    }
+
+    /// The rustls server configuration.
+    ///
+    /// # Errors
+    /// [`Error::Tls`] when the PEM data is unusable.
+    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Tls(format!("serving certificate: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| Error::Tls(format!("serving key: {e}")))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| Error::Tls(format!("serving certificate and key: {e}")))?;
+        Ok(Arc::new(config))
+    }
+}
+
+/// Serves `router` over TLS on `addr` until the task is dropped.
+///
+/// # Errors
+/// [`Error::Serve`] when the address cannot be bound.
+pub async fn serve_tls(
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Serve {
+            addr: addr.to_string(),
+            source,
+        })?;
+    info!(%addr, "admission webhooks listening (TLS)");
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// How the API server reaches the webhooks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `clientConfig.url`: `https://host:port` (the paths are appended).
+    Url(String),
+    /// `clientConfig.service`: namespace, name and port of a Service.
+    Service {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Port.
+        port: i32,
+    },
+}
+
+impl Endpoint {
+    /// The names the serving certificate must carry.
+    pub fn cert_names(&self) -> Vec<String> {
+        match self {
+            Endpoint::Url(url) => {
+                let host = url
+                    .trim_start_matches("https://")
+                    .split(['/', ':'])
+                    .next()
+                    .unwrap_or_default();
+                vec![host.to_owned()]
+            }
+            Endpoint::Service {
+                namespace, name, ..
+            } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+        }
+    }
+
+    fn client_config(&self, path: &str, ca_bundle: &str) -> Value {
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca_bundle);
+        match self {
+            Endpoint::Url(url) => {
+                json!({"url": format!("{}{path}", url.trim_end_matches('/')), "caBundle": ca})
+            }
+            Endpoint::Service {
+                namespace,
+                name,
+                port,
+            } => {
+                json!({"service": {"namespace": namespace, "name": name, "port": port, "path": path}, "caBundle": ca})
+            }
+        }
+    }
+}
+
+/// How the webhooks are registered.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    /// Name of the Mutating- and ValidatingWebhookConfiguration.
+    pub name: String,
+    /// Where the API server sends reviews.
+    pub endpoint: Endpoint,
+    /// The CA bundle (PEM) that signed the serving certificate.
+    pub ca_pem: String,
+    /// `failurePolicy: Fail` instead of `Ignore`.
+    pub fail_closed: bool,
+    /// Only namespaces matching this label selector (`key=value`, comma-separated) are
+    /// reviewed; all when empty.
+    pub namespace_selector: Option<String>,
+}
+
+fn selector(sel: &Option<String>) -> Value {
+    let Some(s) = sel else { return json!({}) };
+    let labels: serde_json::Map<String, Value> = s
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), Value::String(v.trim().to_owned())))
+        .collect();
+    json!({"matchLabels": labels})
+}
+
+/// Creates or updates the webhook configurations (server-side apply).
+///
+/// # Errors
+/// [`Error::Api`] when the API server refuses them.
+pub async fn register(client: &kube::Client, reg: &Registration) -> Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let rules = json!([{
+        "apiGroups": ["gryvia.io"], "apiVersions": ["v1alpha1"],
+        "resources": ["gryviaaijobs"], "operations": ["CREATE"], "scope": "Namespaced"
+    }]);
+    let policy = if reg.fail_closed { "Fail" } else { "Ignore" };
+    let hook = |name: &str, path: &str| {
+        json!({
+            "name": name,
+            "clientConfig": reg.endpoint.client_config(path, &reg.ca_pem),
+            "rules": rules,
+            "failurePolicy": policy,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "namespaceSelector": selector(&reg.namespace_selector),
+        })
+    };
+    let meta = json!({"name": reg.name, "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE}});
+    let mutating: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": meta, "webhooks": [hook("mutate.aijobs.gryvia.io", MUTATE_PATH)]
+    }))
+    .map_err(|source| Error::Serialize {
+        what: "MutatingWebhookConfiguration".to_owned(),
+        source,
+    })?;
+    let mut validating_hook = hook("validate.aijobs.gryvia.io", VALIDATE_PATH);
+    validating_hook["matchPolicy"] = json!("Equivalent");
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": meta, "webhooks": [validating_hook]
+    }))
+    .map_err(|source| Error::Serialize {
+        what: "ValidatingWebhookConfiguration".to_owned(),
+        source,
+    })?;
+    let pp = PatchParams::apply("gryvia-ai-operator").force();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(&reg.name, &pp, &Patch::Apply(&mutating))
+        .await
+        .map_err(api_err(format!(
+            "register MutatingWebhookConfiguration {}",
+            reg.name
+        )))?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(&reg.name, &pp, &Patch::Apply(&validating))
+        .await
+        .map_err(api_err(format!(
+            "register ValidatingWebhookConfiguration {}",
+            reg.name
+        )))?;
+    info!(name = %reg.name, failure_policy = policy, "admission webhooks registered");
+    Ok(())
+}
+
+/// Removes the webhook configurations named `name` (absent ones are fine).
+///
+/// # Errors
+/// [`Error::Api`] when a delete fails for another reason.
+pub async fn unregister(client: &kube::Client, name: &str) -> Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let dp = kube::api::DeleteParams::default();
+    let gone = |r: std::result::Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    };
+    gone(
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+    )
+    .map_err(api_err(format!(
+        "delete MutatingWebhookConfiguration {name}"
+    )))?;
+    gone(
+        Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+    )
+    .map_err(api_err(format!(
+        "delete ValidatingWebhookConfiguration {name}"
+    )))?;
+    Ok(())
+}
+
+/// Everything the webhooks need, for [`run`].
+#[derive(Clone, Debug)]
+pub struct WebhookOptions {
+    /// Listen address.
+    pub addr: SocketAddr,
+    /// Registration (name, endpoint, policy, selector); its `ca_pem` is filled by [`run`].
+    pub registration: Registration,
+    /// Directory with `tls.crt`, `tls.key`, `ca.crt`; a self-signed CA is made when `None`.
+    pub cert_dir: Option<std::path::PathBuf>,
+}
+
+/// Starts the caches, makes or reads the certificates, registers the webhooks and serves them
+/// until the future is dropped.
+///
+/// # Errors
+/// Certificates that cannot be made or read, a refused registration, or an address that
+/// cannot be bound.
+pub async fn run(client: kube::Client, options: WebhookOptions, metrics: Metrics) -> Result<()> {
+    let tls = match &options.cert_dir {
+        Some(dir) => TlsMaterial::from_dir(dir)?,
+        None => TlsMaterial::self_signed(&options.registration.endpoint.cert_names())?,
+    };
+    let server_config = tls.server_config()?;
+    let caches = Caches::start(&client);
+    let fail_closed = options.registration.fail_closed;
+    let state = WebhookState {
+        caches: caches.clone(),
+        fail_closed,
+        metrics,
+    };
+    let serve = serve_tls(options.addr, server_config, router(state));
+    let mut registration = options.registration.clone();
+    registration.ca_pem = tls.ca_pem.clone();
+    let setup = async {
+        if let Err(e) = caches.wait_ready(Duration::from_secs(60)).await {
+            warn!(error = %e, "registering the webhooks before the caches are ready");
+        }
+        register(&client, &registration).await
+    };
+    tokio::pin!(serve);
+    tokio::select! {
+        r = &mut serve => r,
+        r = setup => {
+            r?;
+            serve.await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_endpoints_certify_their_host_and_services_their_dns_names() {
+        assert_eq!(
+            Endpoint::Url("https://127.0.0.1:9443".into()).cert_names(),
+            vec!["127.0.0.1"]
+        );
+        let svc = Endpoint::Service {
+            namespace: "gryvia-system".into(),
+            name: "ai-webhook".into(),
+            port: 443,
+        };
+        assert_eq!(svc.cert_names()[0], "ai-webhook.gryvia-system.svc");
+        let cc = svc.client_config("/validate-aijob", "PEM");
+        assert_eq!(cc["service"]["path"], "/validate-aijob");
+        assert_eq!(cc["caBundle"], "UEVN");
+    }
+
+    #[test]
+    fn a_self_signed_certificate_loads_into_a_server_config() {
+        let tls = TlsMaterial::self_signed(&["127.0.0.1".into(), "localhost".into()]).unwrap();
+        assert!(tls.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        tls.server_config().unwrap();
+    }
+
+    #[test]
+    fn a_namespace_selector_becomes_match_labels() {
+        assert_eq!(
+            selector(&Some("a=b, c=d".into())),
+            json!({"matchLabels": {"a": "b", "c": "d"}})
+        );
+        assert_eq!(selector(&None), json!({}));
+    }
+}
