@@ -10,9 +10,10 @@ use gryvia_reconcile::aijob::{
     AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod,
 };
 use gryvia_reconcile::priority::{ObservedClass, PriorityReconciler, PriorityWorld};
+use gryvia_reconcile::reservation::{CandidateNode, ReservationReconciler, ReservationWorld};
 use gryvia_reconcile::template::{TemplateReconciler, TemplateWorld};
 use gryvia_types::labels;
-use gryvia_types::{GryviaAIJob, GryviaPriority, GryviaTemplate};
+use gryvia_types::{GryviaAIJob, GryviaPriority, GryviaReservation, GryviaTemplate};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -146,6 +147,71 @@ impl Observe for PriorityObserver {
     }
 }
 
+/// Observes the nodes a reservation may hold: every node, with the GPUs its running pods use.
+pub struct ReservationObserver {
+    client: kube::Client,
+}
+
+#[async_trait::async_trait]
+impl Observe for ReservationObserver {
+    type Object = GryviaReservation;
+    type World = ReservationWorld;
+
+    async fn observe(&self, _r: &GryviaReservation) -> Result<ReservationWorld> {
+        let nodes = Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(api_err("list nodes"))?
+            .items;
+        let pods = Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+            .await
+            .map_err(api_err("list running pods"))?
+            .items;
+        let mut in_use: BTreeMap<String, i32> = BTreeMap::new();
+        for p in &pods {
+            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                *in_use.entry(n).or_insert(0) += gryvia_reconcile::tenancy::pod_gpus(p);
+            }
+        }
+        let mut out: Vec<CandidateNode> = nodes
+            .iter()
+            .map(|n| {
+                let name = n.name_any();
+                let spec = n.spec.clone().unwrap_or_default();
+                CandidateNode {
+                    gpus_in_use: in_use.get(&name).copied().unwrap_or(0),
+                    product: n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned(),
+                    gpus: n
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.allocatable.as_ref())
+                        .and_then(|a| a.get(labels::NVIDIA_GPU_RESOURCE))
+                        .and_then(|q| q.0.parse().ok())
+                        .unwrap_or(0),
+                    reserved_by: n.labels().get(labels::RESERVED_TAINT).cloned(),
+                    unschedulable: spec.unschedulable.unwrap_or(false),
+                    quarantined: spec
+                        .taints
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.key == labels::GPU_UNHEALTHY_TAINT),
+                    name,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ReservationWorld { nodes: out })
+    }
+}
+
+/// What the ai-operator runs besides AI jobs, templates and priorities.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AiOptions {
+    /// Run the GryviaReservation controller (opt-in: it taints nodes).
+    pub reservations: bool,
+}
+
 /// Maps a pod of an AI job (label `gryvia.io/job-name`) to its GryviaAIJob.
 fn job_of_pod(pod: Pod) -> Option<ObjectRef<GryviaAIJob>> {
     let name = pod.labels().get(labels::JOB_NAME)?;
@@ -154,7 +220,11 @@ fn job_of_pod(pod: Pod) -> Option<ObjectRef<GryviaAIJob>> {
 
 /// Builds the ai-operator's controllers; the returned closure starts them (each time this
 /// replica becomes leader).
-pub fn controllers(client: kube::Client, metrics: Metrics) -> crate::runtime::Controllers {
+pub fn controllers(
+    client: kube::Client,
+    options: AiOptions,
+    metrics: Metrics,
+) -> crate::runtime::Controllers {
     Box::new(move || -> BoxFuture<'static, ()> {
         let client = client.clone();
         let metrics = metrics.clone();
@@ -237,12 +307,48 @@ pub fn controllers(client: kube::Client, metrics: Metrics) -> crate::runtime::Co
                     client.clone(),
                     gryvia_reconcile::Reconcile::name(&PriorityReconciler),
                 ),
-                metrics,
+                metrics.clone(),
             ));
+
+            // GryviaReservation (opt-in): nodes it labels carry its name.
+            let reservations = async {
+                if !options.reservations {
+                    return;
+                }
+                let rsv_api: Api<GryviaReservation> = Api::all(client.clone());
+                let (store, writer) = kube::runtime::reflector::store();
+                let events = watcher(rsv_api, watcher::Config::default())
+                    .default_backoff()
+                    .reflect(writer)
+                    .applied_objects()
+                    .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+                let ctrl = Controller::for_stream(events, store).watches(
+                    Api::<Node>::all(client.clone()),
+                    watcher::Config::default().labels(labels::RESERVED_TAINT),
+                    |node: Node| {
+                        node.labels()
+                            .get(labels::RESERVED_TAINT)
+                            .map(|r| ObjectRef::<GryviaReservation>::new(r))
+                    },
+                );
+                let ctx = Arc::new(Context::new(
+                    ReservationReconciler,
+                    ReservationObserver {
+                        client: client.clone(),
+                    },
+                    Executor::new(
+                        client.clone(),
+                        gryvia_reconcile::Reconcile::name(&ReservationReconciler),
+                    ),
+                    metrics.clone(),
+                ));
+                run(ctrl, ctx).await;
+            };
             futures::join!(
                 run(job_ctrl, job_ctx),
                 run(tpl_ctrl, tpl_ctx),
-                run(prio_ctrl, prio_ctx)
+                run(prio_ctrl, prio_ctx),
+                reservations
             );
         })
     })

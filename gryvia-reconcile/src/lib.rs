@@ -23,6 +23,7 @@ pub mod cron;
 pub mod health;
 pub mod plan;
 pub mod priority;
+pub mod reservation;
 pub mod template;
 pub mod tenancy;
 

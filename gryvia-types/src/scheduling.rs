@@ -451,6 +451,9 @@ pub struct GryviaReservationStatus {
     /// Reserved GPU-seconds during which no pod used the GPU.
     #[serde(default)]
     pub idle_gpu_seconds: i64,
+    /// When idle GPU time was last counted (while the reservation holds nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_sampled_at: Option<Time>,
     /// Details (for example why fewer GPUs than requested are held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

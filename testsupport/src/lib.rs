@@ -302,6 +302,21 @@ impl KwokNodes {
         count: usize,
         gpus: u32,
     ) -> Result<Self> {
+        Self::create_with_product(client, prefix, count, gpus, "NVIDIA-H100-80GB-HBM3").await
+    }
+
+    /// Like [`KwokNodes::create`], with GPU product label `product` (a product of the test's
+    /// own keeps reservations and GPU-type selectors off every other node).
+    ///
+    /// # Errors
+    /// When a node cannot be created or does not become Ready within 60 s.
+    pub async fn create_with_product(
+        client: &kube::Client,
+        prefix: &str,
+        count: usize,
+        gpus: u32,
+        product: &str,
+    ) -> Result<Self> {
         use k8s_openapi::api::core::v1::Node;
         let Cluster::Ready { kubeconfig } = cluster() else {
             bail!("no control plane")
@@ -326,7 +341,7 @@ impl KwokNodes {
                         NODE_GROUP_LABEL: group,
                         "kubernetes.io/hostname": name,
                         "nvidia.com/gpu.present": "true",
-                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                        "nvidia.com/gpu.product": product,
                         "nvidia.com/gpu.count": gpus.to_string(),
                     }
                 },

@@ -18,6 +18,10 @@ use gryvia_client::operator::{OperatorFlags, init_logging};
 #[derive(Parser, Debug)]
 #[command(name = "gryvia-ai-operator", version, about)]
 struct Flags {
+    /// Run GryviaReservations: taint and label the nodes they hold (opt-in; turning it on makes
+    /// existing reservations start tainting nodes).
+    #[arg(long, env = "GRYVIA_ENABLE_RESERVATIONS")]
+    enable_reservations: bool,
     /// Serve the admission webhooks (TLS) on this address and register them.
     #[arg(long)]
     webhook_addr: Option<SocketAddr>,
@@ -106,7 +110,11 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         "gryvia-ai-operator",
         &flags.operator,
         |client, metrics| {
-            let controllers = gryvia_client::aijob::controllers(client.clone(), metrics.clone());
+            let options = gryvia_client::aijob::AiOptions {
+                reservations: flags.enable_reservations,
+            };
+            let controllers =
+                gryvia_client::aijob::controllers(client.clone(), options, metrics.clone());
             let sidecar = webhooks.map(|w| -> gryvia_client::operator::Sidecar {
                 Box::pin(gryvia_client::admission::run(client, w, metrics))
             });

@@ -66,23 +66,21 @@ impl Setup {
     async fn with_webhooks(
         name: &str,
         label: Option<(&str, &str)>,
+        more: &[&str],
     ) -> Option<(Setup, WebhookCleanup)> {
         let port = PORT.fetch_add(1, Ordering::SeqCst);
         let addr = format!("127.0.0.1:{port}");
         let hook_name = unique("gryvia-e2e");
-        let s = Self::start(
-            name,
-            &[
-                "--webhook-addr".to_owned(),
-                addr.clone(),
-                "--webhook-url".to_owned(),
-                format!("https://{addr}"),
-                "--webhook-name".to_owned(),
-                hook_name.clone(),
-            ],
-            label,
-        )
-        .await?;
+        let mut args = vec![
+            "--webhook-addr".to_owned(),
+            addr.clone(),
+            "--webhook-url".to_owned(),
+            format!("https://{addr}"),
+            "--webhook-name".to_owned(),
+            hook_name.clone(),
+        ];
+        args.extend(more.iter().map(|m| (*m).to_owned()));
+        let s = Self::start(name, &args, label).await?;
         let cleanup = WebhookCleanup(hook_name.clone());
         use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
         let vwc: Api<ValidatingWebhookConfiguration> = Api::all(s.client.clone());
@@ -630,7 +628,7 @@ async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environmen
     )
     .await;
     let Some((s, _hooks)) =
-        Setup::with_webhooks("aijob-hook", Some(("gryvia.io/tenant", &tenant))).await
+        Setup::with_webhooks("aijob-hook", Some(("gryvia.io/tenant", &tenant)), &[]).await
     else {
         return;
     };
@@ -754,4 +752,148 @@ async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environmen
             .delete(&sku, &DeleteParams::default())
             .await;
     }
+}
+
+fn has_reserved_taint(n: &Node, name: &str) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == "gryvia.io/reserved" && t.value.as_deref() == Some(name))
+        })
+}
+
+#[tokio::test]
+async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_the_taints_go_at_the_end()
+ {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let tenant = unique("e2e-rsv-team");
+    let product = unique("E2E-RSV");
+    let rsv = unique("e2e-rsv");
+    let _: gryvia_types::GryviaTenant = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+        "spec": {"displayName": "Reserving team"}}),
+    )
+    .await;
+    let nodes = KwokNodes::create_with_product(&client, "rsv", 2, 8, &product)
+        .await
+        .unwrap();
+    let end = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(50);
+    let _: gryvia_types::GryviaReservation = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation", "metadata": {"name": rsv},
+        "spec": {"owner": {"type": "team", "name": tenant},
+                 "resources": {"gpuType": product, "gpuCount": 16},
+                 "schedule": {"type": "immediate", "endTime": end.to_string()}}}),
+    )
+    .await;
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-rsv",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--enable-reservations"],
+    )
+    .await
+    else {
+        return;
+    };
+    let rsvs: Api<gryvia_types::GryviaReservation> = Api::all(s.client.clone());
+    let status = wait_for("reservation Active", Duration::from_secs(30), || {
+        let rsvs = rsvs.clone();
+        let rsv = rsv.clone();
+        async move {
+            let st = rsvs.get(&rsv).await.ok()?.status?;
+            (st.phase == Some(gryvia_types::ReservationPhase::Active)).then_some(st)
+        }
+    })
+    .await
+    .unwrap();
+    let mut held = nodes.names.clone();
+    held.sort();
+    assert_eq!(status.reserved_nodes, held);
+    assert_eq!(status.reserved_gpus, 16);
+    let node_api: Api<Node> = Api::all(s.client.clone());
+    for n in &held {
+        let node = node_api.get(n).await.unwrap();
+        assert!(has_reserved_taint(&node, &rsv), "{n} is not tainted");
+        assert_eq!(node.labels().get("gryvia.io/reserved"), Some(&rsv));
+    }
+
+    let toleration =
+        json!([{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
+    // A job without the annotation cannot use the reserved nodes.
+    s.submit(json!({
+        "metadata": {"name": "outsider"},
+        "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration}
+    }))
+    .await;
+    // The reserving job gets the toleration and node selector from the mutating webhook.
+    let reserved = s
+        .submit(json!({
+            "metadata": {"name": "insider", "annotations": {"gryvia.io/reservation": rsv}},
+            "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration}
+        }))
+        .await;
+    assert_eq!(
+        reserved.spec.node_selector.get("gryvia.io/reserved"),
+        Some(&rsv)
+    );
+    assert!(
+        reserved
+            .spec
+            .tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("gryvia.io/reserved"))
+    );
+    s.wait_phase("insider", JobPhase::Succeeded, Duration::from_secs(60))
+        .await;
+    let pod = &s.pods("insider").await[0];
+    assert!(held.contains(pod.spec.as_ref().unwrap().node_name.as_ref().unwrap()));
+
+    let api = s.jobs();
+    let why = wait_for("outsider Unschedulable", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let c = api
+                .get("outsider")
+                .await
+                .ok()?
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Scheduled")?;
+            (c.reason == "Unschedulable").then_some(c.message)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(why.contains("gryvia.io/reserved"), "{why}");
+
+    // The window ends: taints and labels go, and the outsider runs.
+    s.wait_phase("outsider", JobPhase::Succeeded, Duration::from_secs(120))
+        .await;
+    let st = rsvs.get(&rsv).await.unwrap().status.unwrap();
+    assert_eq!(st.phase, Some(gryvia_types::ReservationPhase::Expired));
+    assert!(st.reserved_nodes.is_empty());
+    assert!(
+        st.idle_gpu_seconds > 0,
+        "reserved GPUs sat idle before the insider ran"
+    );
+    for n in &held {
+        let node = node_api.get(n).await.unwrap();
+        assert!(!has_reserved_taint(&node, &rsv));
+        assert!(node.labels().get("gryvia.io/reserved").is_none());
+    }
+    let _ = rsvs.delete(&rsv, &DeleteParams::default()).await;
+    let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
+        .delete(&tenant, &DeleteParams::default())
+        .await;
 }
