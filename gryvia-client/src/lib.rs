@@ -79,6 +79,9 @@ pub enum Error {
         /// What is wrong, naming the frame and field.
         reason: String,
     },
+    /// Input the user gave is unusable (names what and why).
+    #[error("{0}")]
+    Invalid(String),
     /// TLS material of a server could not be made or loaded.
     #[error("tls: {0}")]
     Tls(String),
@@ -109,6 +112,7 @@ impl Error {
             Error::Runtime(_) => "runtime",
             Error::Trace { .. } => "trace",
             Error::Tls(_) => "tls",
+            Error::Invalid(_) => "invalid",
         }
     }
 
@@ -123,7 +127,7 @@ impl Error {
                 Duration::from_secs(30)
             }
             Error::Gpu(_) | Error::Trace { .. } => Duration::from_secs(10),
-            Error::Tls(_) => Duration::from_secs(30),
+            Error::Tls(_) | Error::Invalid(_) => Duration::from_secs(30),
         }
     }
 }

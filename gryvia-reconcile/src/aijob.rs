@@ -1090,3 +1090,92 @@ fn emit_transitions(
     };
     plan.event(type_, phase_name(phase), msg);
 }
+
+/// Free GPUs of one node, for `gryvia capacity`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCapacity {
+    /// Node name.
+    pub node: String,
+    /// `nvidia.com/gpu.product` (`unknown` without the label).
+    pub gpu_type: String,
+    /// Allocatable GPUs.
+    pub allocatable: i32,
+    /// GPUs requested by pods that hold them (scheduled, not finished).
+    pub used: i32,
+    /// GPUs a new pod could get (0 on a node that takes no new pods).
+    pub free: i32,
+    /// Why the node takes no new pods, if it does not: cordoned, quarantined, reserved.
+    pub unavailable: Option<String>,
+}
+
+/// Free GPUs per node, sorted by GPU type then node; nodes without GPUs are left out.
+pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
+    let mut used: BTreeMap<&str, i32> = BTreeMap::new();
+    for p in pods {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("Pending");
+        if matches!(phase, "Succeeded" | "Failed") {
+            continue;
+        }
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            *used.entry(n).or_insert(0) += crate::tenancy::pod_gpus(p);
+        }
+    }
+    let mut out: Vec<NodeCapacity> = nodes
+        .iter()
+        .filter_map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let allocatable: i32 = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| a.get(labels::NVIDIA_GPU_RESOURCE))
+                .and_then(|q| q.0.parse().ok())
+                .unwrap_or(0);
+            if allocatable == 0 {
+                return None;
+            }
+            let spec = n.spec.clone().unwrap_or_default();
+            let taints = spec.taints.unwrap_or_default();
+            let unavailable =
+                if let Some(t) = taints.iter().find(|t| t.key == labels::GPU_UNHEALTHY_TAINT) {
+                    Some(format!(
+                        "quarantined ({})",
+                        t.value.clone().unwrap_or_default()
+                    ))
+                } else if spec.unschedulable.unwrap_or(false) {
+                    Some("cordoned".to_owned())
+                } else {
+                    taints
+                        .iter()
+                        .find(|t| t.key == labels::RESERVED_TAINT)
+                        .map(|t| format!("reserved ({})", t.value.clone().unwrap_or_default()))
+                };
+            let u = used.get(name.as_str()).copied().unwrap_or(0);
+            Some(NodeCapacity {
+                gpu_type: n
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::NVIDIA_GPU_PRODUCT))
+                    .cloned()
+                    .unwrap_or_else(|| "unknown".to_owned()),
+                allocatable,
+                used: u,
+                free: if unavailable.is_some() {
+                    0
+                } else {
+                    (allocatable - u).max(0)
+                },
+                unavailable,
+                node: name,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.gpu_type, &a.node).cmp(&(&b.gpu_type, &b.node)));
+    out
+}

@@ -689,3 +689,56 @@ fn waiting_between_retries_is_pending_without_a_new_event() {
     let reasons: Vec<&str> = plan.events.iter().map(|e| e.reason.as_str()).collect();
     assert_eq!(reasons, vec!["PodFailed"]);
 }
+
+#[test]
+fn capacity_counts_free_gpus_per_node_and_says_why_a_node_takes_none() {
+    use gryvia_reconcile::aijob::capacity;
+    let node = |name: &str, extra: Value| -> Node {
+        let mut n = json!({
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "H100"}},
+            "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            n["spec"][k] = v.clone();
+        }
+        serde_json::from_value(n).unwrap()
+    };
+    let gpu_pod = |node: &str, gpus: i32, phase: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    };
+    let cpu: Node = serde_json::from_value(
+        json!({"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "4"}}}),
+    )
+    .unwrap();
+    let nodes = vec![
+        node("a", json!({})),
+        node("b", json!({"unschedulable": true})),
+        node(
+            "c",
+            json!({"taints": [{"key": "gryvia.io/gpu-unhealthy", "value": "hc", "effect": "NoSchedule"}]}),
+        ),
+        node(
+            "d",
+            json!({"taints": [{"key": "gryvia.io/reserved", "value": "r1", "effect": "NoSchedule"}]}),
+        ),
+        cpu,
+    ];
+    let pods = vec![
+        gpu_pod("a", 3, "Running"),
+        gpu_pod("a", 2, "Succeeded"),
+        gpu_pod("b", 1, "Running"),
+    ];
+    let cap = capacity(&nodes, &pods);
+    assert_eq!(cap.len(), 4, "the CPU node is left out");
+    assert_eq!((cap[0].used, cap[0].free), (3, 5));
+    assert_eq!(cap[1].unavailable.as_deref(), Some("cordoned"));
+    assert_eq!((cap[1].used, cap[1].free), (1, 0));
+    assert_eq!(cap[2].unavailable.as_deref(), Some("quarantined (hc)"));
+    assert_eq!(cap[3].unavailable.as_deref(), Some("reserved (r1)"));
+}

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod health;
+mod jobs;
 mod output;
 mod tenant;
 
@@ -64,6 +65,57 @@ enum Command {
     /// Take a node out of service (cordon, drain) and return it.
     #[command(subcommand)]
     Maintenance(health::MaintenanceCommand),
+    /// Submit AI jobs from a YAML file or a template.
+    Submit(jobs::SubmitArgs),
+    /// Show an AI job: phase, conditions, workers, retries and failures.
+    Status {
+        /// Job name.
+        name: String,
+        /// Namespace (default: the kubeconfig's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
+    /// Print the logs of an AI job's workers (the newest attempt of each).
+    Logs {
+        /// Job name.
+        name: String,
+        /// Namespace (default: the kubeconfig's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Only the last N lines of each worker.
+        #[arg(long)]
+        tail: Option<i64>,
+        /// Keep streaming.
+        #[arg(short, long)]
+        follow: bool,
+        /// Only this worker (its index).
+        #[arg(long)]
+        worker: Option<u32>,
+    },
+    /// Jobs waiting for GPUs, and why.
+    Queue {
+        /// Namespace (default: the kubeconfig's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
+    /// Free GPUs by type (and by node).
+    Capacity {
+        /// Also list every node.
+        #[arg(long)]
+        nodes: bool,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -131,6 +183,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             block_on(health::get_node(&name, output))
         }
         Command::Maintenance(cmd) => block_on(health::maintenance(cmd)),
+        Command::Submit(args) => block_on(jobs::submit(args)),
+        Command::Status {
+            name,
+            namespace,
+            output,
+        } => block_on(jobs::status(&name, namespace, output)),
+        Command::Logs {
+            name,
+            namespace,
+            tail,
+            follow,
+            worker,
+        } => block_on(jobs::logs(&name, namespace, tail, follow, worker)),
+        Command::Queue {
+            namespace,
+            all_namespaces,
+            output,
+        } => block_on(jobs::queue(namespace, all_namespaces, output)),
+        Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Install { timeout } => {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {

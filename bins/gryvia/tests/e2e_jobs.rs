@@ -1,0 +1,234 @@
+//! End-to-end: `gryvia submit`, `status`, `queue`, `capacity` and `logs` against a real
+//! control plane (testenv/), with the ai-operator's controllers running in this process.
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::time::Duration;
+
+use gryvia_testsupport::{TestNamespace, wait_for};
+use gryvia_types::GryviaTemplate;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+async fn gryvia(args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = match gryvia_testsupport::cluster() {
+        gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
+        gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
+    };
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gryvia"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The ai-operator's controllers, in this process, for as long as the guard lives.
+struct Controllers(tokio::task::JoinHandle<()>);
+
+impl Controllers {
+    fn start(client: &kube::Client) -> Self {
+        let start = gryvia_client::aijob::controllers(
+            client.clone(),
+            gryvia_client::aijob::AiOptions::default(),
+            gryvia_client::metrics::Metrics::new(),
+        );
+        Controllers(tokio::spawn(start()))
+    }
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(&client, "cli-jobs").await.unwrap();
+    let _controllers = Controllers::start(&client);
+    let dir = std::env::temp_dir().join(format!("gryvia-cli-{}", ns.name));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // submit --file --wait: runs to Succeeded and says so.
+    let file = dir.join("job.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: gryvia.io/v1alpha1\nkind: GryviaAIJob\nmetadata:\n  name: hello\nspec:\n  image: registry.local/hello:1\n  gpus: 1\n",
+    )
+    .unwrap();
+    let (ok, out, err) = gryvia(&[
+        "submit",
+        "-f",
+        file.to_str().unwrap(),
+        "-n",
+        &ns.name,
+        "--wait",
+        "--timeout",
+        "90",
+    ])
+    .await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.trim(), format!("gryviaaijob {}/hello created", ns.name));
+    assert!(err.contains("hello: Succeeded"), "{err}");
+
+    let (ok, out, _) = gryvia(&["status", "hello", "-n", &ns.name]).await;
+    assert!(ok);
+    assert!(out.contains("Phase:      Succeeded"), "{out}");
+    assert!(out.contains("Retries:    0 of 3 used"), "{out}");
+    assert!(out.contains("Succeeded   True"), "{out}");
+    let (ok, out, _) = gryvia(&["status", "hello", "-n", &ns.name, "-o", "json"]).await;
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["phase"], "Succeeded");
+
+    // An invalid file is refused before anything is sent, naming the field.
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: gryvia.io/v1alpha1\nkind: GryviaAIJob\nmetadata:\n  name: bad\nspec:\n  image: x\n  gpus: 100\n",
+    )
+    .unwrap();
+    let (ok, _, err) = gryvia(&["submit", "-f", bad.to_str().unwrap(), "-n", &ns.name]).await;
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("spec.gpus"), "{err}");
+
+    // A failing job: --wait exits non-zero with the reason.
+    std::fs::write(
+        &file,
+        "apiVersion: gryvia.io/v1alpha1\nkind: GryviaAIJob\nmetadata:\n  name: crash\nspec:\n  image: x\n  gpus: 1\n  retryLimit: 0\n  podAnnotations:\n    gryvia.io/testenv-fail: \"true\"\n",
+    )
+    .unwrap();
+    let (ok, _, err) = gryvia(&[
+        "submit",
+        "-f",
+        file.to_str().unwrap(),
+        "-n",
+        &ns.name,
+        "--wait",
+        "--timeout",
+        "90",
+    ])
+    .await;
+    assert!(!ok);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .starts_with("error: job failed: crash: 1 failed pods used up retryLimit 0"),
+        "{err}"
+    );
+
+    // A template with parameters.
+    let tpl_name = format!("{}-tpl", ns.name);
+    let tpl: GryviaTemplate = serde_json::from_value(json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTemplate", "metadata": {"name": tpl_name},
+        "spec": {"category": "fine-tuning",
+                 "defaults": {"image": "registry.local/ft:{{ .version }}", "gpus": 1, "args": ["--lr={{ .lr }}"]},
+                 "parameters": [{"name": "version", "required": true},
+                                {"name": "lr", "type": "number", "default": "0.001", "validation": {"min": 0, "max": 1}}]}
+    }))
+    .unwrap();
+    let tpls: Api<GryviaTemplate> = Api::all(client.clone());
+    tpls.create(&PostParams::default(), &tpl).await.unwrap();
+    let (ok, _, err) = gryvia(&[
+        "submit",
+        "--template",
+        &tpl_name,
+        "--param",
+        "version=v1",
+        "--param",
+        "lr=2",
+        "-n",
+        &ns.name,
+    ])
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        format!("error: template {tpl_name}: parameters.lr: 2 is above the maximum 1")
+    );
+    let (ok, _, err) = gryvia(&["submit", "--template", &tpl_name, "-n", &ns.name]).await;
+    assert!(!ok);
+    assert!(err.contains("parameters.version: required"), "{err}");
+    let (ok, out, err) = gryvia(&[
+        "submit",
+        "--template",
+        &tpl_name,
+        "--param",
+        "version=v3",
+        "-n",
+        &ns.name,
+        "--wait",
+        "--timeout",
+        "90",
+    ])
+    .await;
+    assert!(ok, "{out}{err}");
+    let created = out
+        .trim()
+        .strip_prefix("gryviaaijob ")
+        .unwrap()
+        .strip_suffix(" created")
+        .unwrap();
+    let name = created.split('/').nth(1).unwrap().to_owned();
+    assert!(name.starts_with(&format!("{tpl_name}-")), "{name}");
+    let job = gryvia_client::aijob::get(&client, &ns.name, &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.spec.image, "registry.local/ft:v3");
+    assert_eq!(job.spec.args, vec!["--lr=0.001"]);
+
+    // queue: a job that cannot be placed, with the scheduler's reason.
+    std::fs::write(
+        &file,
+        "apiVersion: gryvia.io/v1alpha1\nkind: GryviaAIJob\nmetadata:\n  name: huge\nspec:\n  image: x\n  gpus: 64\n  priority: 90\n",
+    )
+    .unwrap();
+    let (ok, _, err) = gryvia(&["submit", "-f", file.to_str().unwrap(), "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    let queue = wait_for(
+        "huge in the queue as Unschedulable",
+        Duration::from_secs(60),
+        || {
+            let ns = ns.name.clone();
+            async move {
+                let (ok, out, _) = gryvia(&["queue", "-n", &ns]).await;
+                (ok && out.contains("Unschedulable")).then_some(out)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(queue.contains("huge"), "{queue}");
+    assert!(queue.contains("Insufficient nvidia.com/gpu"), "{queue}");
+    assert!(queue.contains("1 x 64"), "{queue}");
+
+    // capacity: free GPUs by type and node.
+    let (ok, out, _) = gryvia(&["capacity", "--nodes"]).await;
+    assert!(ok);
+    assert!(out.starts_with("GPU TYPE"), "{out}");
+    assert!(out.contains("gpu-node-0"), "{out}");
+
+    // logs of a job whose workers never started: one line, non-zero.
+    let (ok, _, err) = gryvia(&["logs", "huge", "-n", &ns.name]).await;
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("has no started worker yet"), "{err}");
+
+    let _ = tpls.delete(&tpl_name, &DeleteParams::default()).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
