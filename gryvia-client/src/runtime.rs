@@ -168,6 +168,11 @@ where
         }
     };
     let obj = fresh;
+    // Without a finalizer there is nothing to decide about an object on its way out (its
+    // owned children go with it); acting would only race the namespace's deletion.
+    if obj.meta().deletion_timestamp.is_some() && ctx.reconciler.finalizer().is_none() {
+        return Ok(Action::await_change());
+    }
     let result = match ctx.reconciler.finalizer() {
         Some(name) => finalizer(&api, name, obj.clone(), |event| async {
             match event {

@@ -617,3 +617,53 @@ impl Drop for Process {
         self.kill();
     }
 }
+
+/// Sends every object of the YAML files (paths relative to the repository root) to the API
+/// server as a server-side dry-run create, in the namespace `gryvia-system` (created when
+/// missing), and returns their kinds in order.
+///
+/// # Errors
+/// The first object the API server rejects (an object that already exists counts as
+/// accepted), naming the file and the kind.
+pub async fn dry_run_manifests(client: &kube::Client, files: &[&str]) -> Result<Vec<String>> {
+    use kube::api::{DynamicObject, GroupVersionKind};
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "gryvia-system"}}))?;
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut kinds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(repo_root().join(file))
+            .with_context(|| format!("read {file}"))?;
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&text).map_err(|e| anyhow::anyhow!("parse {file}: {e}"))?;
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, &kind);
+            let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .with_context(|| format!("{file}: discover {api_version} {kind}"))?;
+            let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+                Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                    Api::namespaced_with(client.clone(), ns, &ar)
+                }
+                _ => Api::all_with(client.clone(), &ar),
+            };
+            let obj: DynamicObject = serde_json::from_value(doc)?;
+            match api.create(&dry, &obj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => bail!("{file}: {kind} rejected: {e}"),
+            }
+            kinds.push(kind);
+        }
+    }
+    Ok(kinds)
+}

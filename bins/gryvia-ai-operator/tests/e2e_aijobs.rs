@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use gryvia_testsupport::{
-    KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, TestNamespace, wait_for,
+    KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace,
+    wait_for,
 };
 use gryvia_types::{FailureClass, GryviaAIJob, GryviaPriority, GryviaTemplate, JobPhase};
 use k8s_openapi::api::batch::v1::Job;
@@ -30,6 +31,7 @@ struct Setup {
     ns: TestNamespace,
     // Fields drop in declaration order: the operator is killed before the lock is released.
     _operator: Process,
+    _access: ServiceAccountAccess,
     _lease_ns: TestNamespace,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
@@ -130,10 +132,20 @@ impl Setup {
             args.push(selector);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // The operator runs under exactly the RBAC of deploy/ai-operator.
+        let access = ServiceAccountAccess::create(
+            &client,
+            "deploy/ai-operator/rbac.yaml",
+            "gryvia-ai-operator",
+            &lease_ns.name,
+            "ai-operator",
+        )
+        .await
+        .unwrap();
         let operator = Process::start(
             env!("CARGO_BIN_EXE_gryvia-ai-operator"),
             &args,
-            None,
+            Some(&access.kubeconfig),
             &format!("ai-operator-{name}"),
         )
         .unwrap();
@@ -141,6 +153,7 @@ impl Setup {
             client,
             ns,
             _operator: operator,
+            _access: access,
             _lease_ns: lease_ns,
             _serial: serial,
         })
@@ -896,4 +909,30 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
     let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
         .delete(&tenant, &DeleteParams::default())
         .await;
+}
+
+#[tokio::test]
+async fn the_deploy_manifests_are_accepted_by_the_api_server() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let kinds = gryvia_testsupport::dry_run_manifests(
+        &client,
+        &[
+            "deploy/ai-operator/rbac.yaml",
+            "deploy/ai-operator/ai-operator.yaml",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        kinds,
+        vec![
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment"
+        ]
+    );
 }

@@ -627,67 +627,19 @@ async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deploy_manifests_are_accepted_by_the_api_server() {
-    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
-    let ns: Namespace =
-        serde_json::from_value(json!({"metadata": {"name": "gryvia-system"}})).unwrap();
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await;
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let mut kinds = Vec::new();
-    for file in ["rbac.yaml", "gpu-operator.yaml", "node-agent.yaml"] {
-        let path = gryvia_testsupport::repo_root()
-            .join("deploy/gpu-health")
-            .join(file);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
-        for doc in docs.into_iter().filter(|d| !d.is_null()) {
-            let kind = doc["kind"].as_str().unwrap().to_owned();
-            let ns = doc["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let c = client.clone();
-            let result = match kind.as_str() {
-                "ServiceAccount" => Api::<ServiceAccount>::namespaced(c, &ns)
-                    .create(&dry, &serde_json::from_value(doc).unwrap())
-                    .await
-                    .map(|_| ()),
-                "ClusterRole" => Api::<ClusterRole>::all(c)
-                    .create(&dry, &serde_json::from_value(doc).unwrap())
-                    .await
-                    .map(|_| ()),
-                "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
-                    .create(&dry, &serde_json::from_value(doc).unwrap())
-                    .await
-                    .map(|_| ()),
-                "Deployment" => Api::<Deployment>::namespaced(c, &ns)
-                    .create(&dry, &serde_json::from_value(doc).unwrap())
-                    .await
-                    .map(|_| ()),
-                "DaemonSet" => Api::<DaemonSet>::namespaced(c, &ns)
-                    .create(&dry, &serde_json::from_value(doc).unwrap())
-                    .await
-                    .map(|_| ()),
-                other => panic!("{file}: unexpected kind {other}"),
-            };
-            match result {
-                Ok(()) => {}
-                // Already applied by an earlier run: validated all the same.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => panic!("{file}: {kind} rejected: {e}"),
-            }
-            kinds.push(kind);
-        }
-    }
+    let kinds = gryvia_testsupport::dry_run_manifests(
+        &client,
+        &[
+            "deploy/gpu-health/rbac.yaml",
+            "deploy/gpu-health/gpu-operator.yaml",
+            "deploy/gpu-health/node-agent.yaml",
+        ],
+    )
+    .await
+    .unwrap();
     assert_eq!(kinds.iter().filter(|k| *k == "ClusterRole").count(), 2);
     assert!(kinds.contains(&"Deployment".to_owned()) && kinds.contains(&"DaemonSet".to_owned()));
 }
