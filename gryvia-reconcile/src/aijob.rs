@@ -968,8 +968,8 @@ impl crate::Reconcile for AIJobReconciler {
                         .collect();
                     let bound = count(live.iter().filter(|p| p.node.is_some()).count());
                     let running = live.iter().filter(|p| p.phase == "Running").count();
-                    let waiting = (replicas - observed.succeeded).max(0);
                     let unschedulable = live.iter().find_map(|p| p.unschedulable.clone());
+                    // Between attempts (no live pod) the condition keeps its last word.
                     if let Some(why) = &unschedulable {
                         set(
                             &mut status,
@@ -980,23 +980,23 @@ impl crate::Reconcile for AIJobReconciler {
                             generation,
                             now,
                         );
-                    } else if waiting > 0 && bound >= waiting {
+                    } else if !live.is_empty() && bound == count(live.len()) {
                         set(
                             &mut status,
                             SCHEDULED,
                             Status::True,
                             "AllWorkersPlaced",
-                            format!("{bound} of {waiting} unfinished workers have a node"),
+                            format!("{bound} of {replicas} workers have a node"),
                             generation,
                             now,
                         );
-                    } else if waiting > 0 {
+                    } else if !live.is_empty() {
                         set(
                             &mut status,
                             SCHEDULED,
                             Status::False,
                             "Pending",
-                            format!("{bound} of {waiting} unfinished workers have a node"),
+                            format!("{bound} of {} workers have a node", live.len()),
                             generation,
                             now,
                         );
@@ -1016,10 +1016,10 @@ impl crate::Reconcile for AIJobReconciler {
                             "{running} of {replicas} workers running, {} succeeded",
                             observed.succeeded
                         ));
-                    } else if conditions::is_true(&status.conditions, SCHEDULED) {
+                    } else if !live.is_empty() && conditions::is_true(&status.conditions, SCHEDULED)
+                    {
                         status.phase = Some(JobPhase::Scheduled);
-                        status.message =
-                            Some(format!("{bound} of {waiting} unfinished workers placed"));
+                        status.message = Some(format!("{bound} of {replicas} workers placed"));
                     } else {
                         status.phase = Some(JobPhase::Pending);
                         status.message = Some(match &unschedulable {

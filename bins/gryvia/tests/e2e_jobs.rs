@@ -88,6 +88,15 @@ async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
     assert!(out.contains("Phase:      Succeeded"), "{out}");
     assert!(out.contains("Retries:    0 of 3 used"), "{out}");
     assert!(out.contains("Succeeded   True"), "{out}");
+    // logs: testenv's KWOK serves a simulated training log for every container, through the
+    // API server's pods/log (kubelet API over TLS).
+    let (ok, out, err) = gryvia(&["logs", "hello", "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("epoch 3/3 step 300"), "{out}");
+    assert!(!out.starts_with('['), "one worker: no pod prefix: {out}");
+    let (ok, out, _) = gryvia(&["logs", "hello", "-n", &ns.name, "--tail", "1"]).await;
+    assert!(ok);
+    assert_eq!(out.trim(), "checkpoint written to /data/checkpoint-300");
     let (ok, out, _) = gryvia(&["status", "hello", "-n", &ns.name, "-o", "json"]).await;
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -14,7 +14,7 @@
 //! `webhook-load [--rates 500,1000] [--seconds 10] [--connections 32] [--server-threads 1]`
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gryvia_client::admission::{Caches, Hook, TlsMaterial, WebhookState, router, serve_tls};
@@ -109,8 +109,10 @@ fn main() -> anyhow::Result<()> {
     let server_threads: usize = arg("--server-threads", "1")
         .parse()
         .context("--server-threads")?;
-    let ns = "webhook-load";
-    let tenant = "webhook-load";
+    // Names of this run's own: a namespace of an earlier run may still be terminating.
+    let run_name = format!("webhook-load-{}", std::process::id());
+    let ns = run_name.as_str();
+    let tenant = run_name.as_str();
 
     // The server: the ai-operator's webhook code on a runtime of its own.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
@@ -140,6 +142,13 @@ fn main() -> anyhow::Result<()> {
         metrics: Metrics::new(),
     };
     server_rt.spawn(serve_tls(addr, server_config, router(state.clone())));
+    let listening = Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        if listening.elapsed() > Duration::from_secs(10) {
+            bail!("the webhook server did not listen on {addr} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let review = json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
