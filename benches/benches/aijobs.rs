@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
                 name: format!("gpu-{i:04}"),
                 product: Some(if i % 2 == 0 { "H100" } else { "A100" }.into()),
                 gpus: 8,
-                gpus_in_use: (i % 9) as i32,
+                gpus_in_use: i % 9,
                 reserved_by: (i % 50 == 0).then(|| "other".to_owned()),
                 ..Default::default()
             })
