@@ -1,0 +1,573 @@
+//! `gryvia._gryvia`: the Python bindings of Gryvia (pyo3), packaged by maturin as `gryvia`.
+//!
+//! What this crate is: a thin layer that moves values between Python and the Rust libraries.
+//! Every Gryvia kind is validated by `gryvia_types::validation` (the CRD schemas and their CEL
+//! rules, with the API server's wording) and decoded through its typed Rust struct; the policy
+//! functions are those of `gryvia_reconcile`, the same code the operators run. What it is not:
+//! it holds no domain logic of its own.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use gryvia_reconcile::Reconcile;
+use gryvia_types::validation::{ValidationErrors, Validator};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
+use serde_json::Value;
+
+create_exception!(
+    _gryvia,
+    GryviaError,
+    PyException,
+    "Base class of every Gryvia error."
+);
+create_exception!(
+    _gryvia,
+    ValidationError,
+    GryviaError,
+    "An object or value is invalid; the message names the field."
+);
+create_exception!(
+    _gryvia,
+    ApiError,
+    GryviaError,
+    "The Kubernetes API refused a request."
+);
+create_exception!(
+    _gryvia,
+    NotFoundError,
+    ApiError,
+    "The object does not exist."
+);
+create_exception!(
+    _gryvia,
+    ConflictError,
+    ApiError,
+    "The object exists already or was changed meanwhile."
+);
+
+fn validator() -> PyResult<&'static Validator> {
+    static V: OnceLock<Result<Validator, String>> = OnceLock::new();
+    V.get_or_init(|| Validator::new().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| GryviaError::new_err(format!("compile the schemas: {e}")))
+}
+
+fn invalid(e: &ValidationErrors) -> PyErr {
+    ValidationError::new_err(e.to_string())
+}
+
+/// Python value -> JSON.
+fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(Value::from(i));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return serde_json::Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| ValidationError::new_err("a number is not finite"));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::String(s.to_cow()?.into_owned()));
+    }
+    if let Ok(r) = obj.extract::<PyRef<'_, Resource>>() {
+        return Ok(r.value.clone());
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = serde_json::Map::new();
+        for (k, v) in d.iter() {
+            let key: String = k
+                .extract()
+                .map_err(|_| ValidationError::new_err("dictionary keys must be strings"))?;
+            map.insert(key, to_json(&v)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        return l
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Value::Array);
+    }
+    if let Ok(t) = obj.cast::<pyo3::types::PyTuple>() {
+        return t
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Value::Array);
+    }
+    Err(ValidationError::new_err(format!(
+        "cannot turn a {} into JSON",
+        obj.get_type().name()?
+    )))
+}
+
+/// JSON -> Python value (dicts and lists, not wrappers).
+fn to_py(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
+    Ok(match v {
+        Value::Null => py.None(),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any().unbind(),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => i.into_pyobject(py)?.into_any().unbind(),
+            None => n
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+        },
+        Value::String(s) => s.into_pyobject(py)?.into_any().unbind(),
+        Value::Array(a) => {
+            let list = PyList::empty(py);
+            for item in a {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Object(o) => {
+            let d = PyDict::new(py);
+            for (k, val) in o {
+                d.set_item(k, to_py(py, val)?)?;
+            }
+            d.into_any().unbind()
+        }
+    })
+}
+
+/// `batch_size` -> `batchSize`.
+fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+macro_rules! normalize_kinds {
+    ($kind:expr, $value:expr; $($t:ident),* $(,)?) => {
+        match $kind {
+            $(stringify!($t) => serde_json::from_value::<gryvia_types::$t>($value.clone())
+                .and_then(|o| serde_json::to_value(o))
+                .map_err(|e| ValidationError::new_err(format!("{}: {e}", stringify!($t)))),)*
+            other => Err(ValidationError::new_err(format!("kind: {other:?} is not a Gryvia kind"))),
+        }
+    };
+}
+
+/// Validates `value` as a Gryvia object and returns it as its typed struct writes it (defaults
+/// filled in).
+fn normalize(value: &Value) -> PyResult<Value> {
+    validator()?.validate(value).map_err(|e| invalid(&e))?;
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    normalize_kinds!(kind, value;
+        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
+        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
+        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
+        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
+        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
+        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
+        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+}
+
+/// A Gryvia object (any kind), validated like the API server validates it.
+///
+/// Build one with `Resource(dict)`, `Resource.from_dict(d)` or `Resource.from_yaml(text)`;
+/// read fields as attributes (`job.spec.retry_limit` or `job.spec.retryLimit`); get plain data
+/// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct Resource {
+    value: Value,
+}
+
+/// A read-only view of a nested object of a resource, with attribute access.
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct Object {
+    value: Value,
+    path: String,
+}
+
+fn wrap(py: Python<'_>, v: &Value, path: String) -> PyResult<Py<PyAny>> {
+    match v {
+        Value::Object(_) => Ok(Py::new(
+            py,
+            Object {
+                value: v.clone(),
+                path,
+            },
+        )?
+        .into_any()),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for (i, item) in items.iter().enumerate() {
+                list.append(wrap(py, item, format!("{path}[{i}]"))?)?;
+            }
+            Ok(list.into_any().unbind())
+        }
+        other => to_py(py, other),
+    }
+}
+
+fn attr(py: Python<'_>, value: &Value, path: &str, name: &str) -> PyResult<Py<PyAny>> {
+    let key = if value.get(name).is_some() {
+        name.to_owned()
+    } else {
+        camel(name)
+    };
+    let child = if path.is_empty() {
+        key.clone()
+    } else {
+        format!("{path}.{key}")
+    };
+    match value.get(&key) {
+        Some(v) => wrap(py, v, child),
+        None => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
+            "{child} is not set"
+        ))),
+    }
+}
+
+#[pymethods]
+impl Resource {
+    #[new]
+    fn new(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Resource {
+            value: normalize(&to_json(data)?)?,
+        })
+    }
+
+    /// Builds and validates a resource from a dict.
+    #[staticmethod]
+    fn from_dict(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Self::new(data)
+    }
+
+    /// Builds and validates a resource from YAML (one document).
+    #[staticmethod]
+    fn from_yaml(text: &str) -> PyResult<Self> {
+        let docs = gryvia_types::validation::parse_yaml_documents(text)
+            .map_err(|e| ValidationError::new_err(format!("YAML: {e}")))?;
+        match docs.as_slice() {
+            [one] => Ok(Resource {
+                value: normalize(one)?,
+            }),
+            [] => Err(ValidationError::new_err("YAML: no document")),
+            _ => Err(ValidationError::new_err(
+                "YAML: several documents; use gryvia.load_all",
+            )),
+        }
+    }
+
+    /// The object as plain Python data (dicts, lists, strings, numbers).
+    fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        to_py(py, &self.value)
+    }
+
+    /// The object as YAML.
+    fn to_yaml(&self) -> PyResult<String> {
+        serde_saphyr::to_string(&self.value).map_err(|e| GryviaError::new_err(e.to_string()))
+    }
+
+    /// The object as JSON.
+    fn to_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.value).map_err(|e| GryviaError::new_err(e.to_string()))
+    }
+
+    /// `kind`.
+    #[getter]
+    fn kind(&self) -> String {
+        self.value["kind"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// `metadata.name`.
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    /// `metadata.namespace`.
+    #[getter]
+    fn namespace(&self) -> Option<String> {
+        self.value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        attr(py, &self.value, "", name)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .extract::<PyRef<'_, Resource>>()
+            .is_ok_and(|o| o.value == self.value)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Resource({} {})",
+            self.kind(),
+            match (self.namespace(), self.name()) {
+                (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                (None, Some(n)) => n,
+                _ => "<unnamed>".to_owned(),
+            }
+        )
+    }
+}
+
+#[pymethods]
+impl Object {
+    fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        attr(py, &self.value, &self.path, name)
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
+        match self.value.get(key) {
+            Some(v) => wrap(py, v, format!("{}.{key}", self.path)),
+            None => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
+        }
+    }
+
+    fn __contains__(&self, key: &str) -> bool {
+        self.value.get(key).is_some()
+    }
+
+    /// The nested object as plain Python data.
+    fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        to_py(py, &self.value)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.extract::<PyRef<'_, Object>>() {
+            Ok(o) => o.value == self.value,
+            Err(_) => to_json(other).is_ok_and(|v| v == self.value),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Object({}: {})", self.path, self.value)
+    }
+}
+
+/// Validates a Gryvia object given as a dict; raises `ValidationError` naming the field.
+#[pyfunction]
+fn validate(data: &Bound<'_, PyAny>) -> PyResult<()> {
+    let v = to_json(data)?;
+    validator()?.validate(&v).map_err(|e| invalid(&e))
+}
+
+/// Every Gryvia object in a YAML stream, validated.
+#[pyfunction]
+fn load_all(text: &str) -> PyResult<Vec<Resource>> {
+    let docs = gryvia_types::validation::parse_yaml_documents(text)
+        .map_err(|e| ValidationError::new_err(format!("YAML: {e}")))?;
+    docs.iter()
+        .map(|d| normalize(d).map(|value| Resource { value }))
+        .collect()
+}
+
+/// Every Gryvia kind, sorted.
+#[pyfunction]
+fn kinds() -> Vec<String> {
+    gryvia_types::crds::kinds()
+}
+
+fn typed<K: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<K> {
+    serde_json::from_value(to_json(obj)?)
+        .map_err(|e| ValidationError::new_err(format!("{what}: {e}")))
+}
+
+fn out(py: Python<'_>, v: &impl serde::Serialize) -> PyResult<Py<PyAny>> {
+    let json = serde_json::to_value(v).map_err(|e| GryviaError::new_err(e.to_string()))?;
+    to_py(py, &json)
+}
+
+fn parse_now(now: Option<&str>) -> PyResult<jiff::Timestamp> {
+    match now {
+        Some(t) => t.parse().map_err(|e| {
+            ValidationError::new_err(format!("now: {t:?} is not an RFC 3339 time: {e}"))
+        }),
+        None => Ok(jiff::Timestamp::now()),
+    }
+}
+
+/// Renders a GryviaTemplate into a GryviaAIJob with the given parameter values (the same
+/// function as `gryvia submit --template`). Raises `ValidationError` naming the parameter or
+/// field.
+#[pyfunction]
+#[pyo3(signature = (template, name, namespace, params=None))]
+fn render_template(
+    template: &Bound<'_, PyAny>,
+    name: &str,
+    namespace: &str,
+    params: Option<BTreeMap<String, String>>,
+) -> PyResult<Resource> {
+    let tpl: gryvia_types::GryviaTemplate = typed(template, "template")?;
+    let job =
+        gryvia_reconcile::template::render(&tpl, name, namespace, &params.unwrap_or_default())
+            .map_err(|e| ValidationError::new_err(e.to_string()))?;
+    let mut value = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
+    value["apiVersion"] = Value::from("gryvia.io/v1alpha1");
+    value["kind"] = Value::from("GryviaAIJob");
+    Ok(Resource {
+        value: normalize(&value)?,
+    })
+}
+
+/// Checks a GryviaTemplate as the ai-operator does for its `Valid` condition; raises
+/// `ValidationError` naming the field.
+#[pyfunction]
+fn check_template(template: &Bound<'_, PyAny>) -> PyResult<()> {
+    let tpl: gryvia_types::GryviaTemplate = typed(template, "template")?;
+    gryvia_reconcile::template::validate(&tpl.spec)
+        .map_err(|e| ValidationError::new_err(e.to_string()))
+}
+
+/// The validating admission webhook's decision for a new job: a dict with `allowed`,
+/// `message`, `warnings`. `world` has the keys of `AdmissionWorld` (camelCase): `tenant`,
+/// `skus`, `gpuQuota`, `template`, `reservation`.
+#[pyfunction]
+#[pyo3(signature = (job, world=None))]
+fn admit_job(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
+    let world: gryvia_reconcile::admission::AdmissionWorld = match world {
+        Some(w) => typed(w, "world")?,
+        None => Default::default(),
+    };
+    out(py, &gryvia_reconcile::admission::validate_job(&job, &world))
+}
+
+/// The mutating admission webhook's JSON Patch for a new job (a list of operations).
+#[pyfunction]
+fn mutate_job(py: Python<'_>, job: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
+    out(py, &gryvia_reconcile::admission::mutate_job(&job))
+}
+
+/// The AI job controller's Plan for `job` in `world` (keys of `AIJobWorld`: `job`, `pods`,
+/// `nodes`, `priorityClassExists`) at `now` (RFC 3339; the current time when omitted).
+#[pyfunction]
+#[pyo3(signature = (job, world=None, now=None))]
+fn reconcile_job(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
+    let world: gryvia_reconcile::aijob::AIJobWorld = match world {
+        Some(w) => typed(w, "world")?,
+        None => Default::default(),
+    };
+    out(
+        py,
+        &gryvia_reconcile::aijob::AIJobReconciler.reconcile(&job, &world, parse_now(now)?),
+    )
+}
+
+/// The batch Job the controller makes of `job` (with `backoff_limit` and an optional
+/// PriorityClass), as a dict.
+#[pyfunction]
+#[pyo3(signature = (job, backoff_limit=None, priority_class=None))]
+fn render_job(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    backoff_limit: Option<i32>,
+    priority_class: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
+    let limit = backoff_limit.unwrap_or(job.spec.retry_limit);
+    to_py(
+        py,
+        &gryvia_reconcile::aijob::render_job(&job, limit, priority_class),
+    )
+}
+
+/// Where a GryviaReservation's schedule stands at `now`: a dict with `state` (`open`, `next`
+/// or `over`) and, unless over, `start` and `end`. Raises `ValidationError` for an unknown
+/// time zone or a bad time.
+#[pyfunction]
+#[pyo3(signature = (reservation, now=None))]
+fn reservation_window(
+    py: Python<'_>,
+    reservation: &Bound<'_, PyAny>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    use gryvia_reconcile::reservation::{Window, window};
+    let r: gryvia_types::GryviaReservation = typed(reservation, "reservation")?;
+    let w = window(&r, parse_now(now)?).map_err(ValidationError::new_err)?;
+    let v = match w {
+        Window::Open { start, end } => {
+            serde_json::json!({"state": "open", "start": start.to_string(), "end": end.to_string()})
+        }
+        Window::Next { start, end } => {
+            serde_json::json!({"state": "next", "start": start.to_string(), "end": end.to_string()})
+        }
+        Window::Over => serde_json::json!({"state": "over"}),
+    };
+    to_py(py, &v)
+}
+
+/// The next time a cron schedule (five fields, or six with seconds, UTC) fires after `after`.
+#[pyfunction]
+fn next_cron(schedule: &str, after: &str) -> PyResult<String> {
+    let after = parse_now(Some(after))?;
+    let cron = gryvia_reconcile::cron::Schedule::parse(schedule)
+        .map_err(|e| ValidationError::new_err(format!("schedule: {e}")))?;
+    cron.next_after(after)
+        .map(|t| t.to_string())
+        .ok_or_else(|| ValidationError::new_err("schedule: never fires"))
+}
+
+/// The native module.
+#[pymodule]
+fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("GryviaError", py.get_type::<GryviaError>())?;
+    m.add("ValidationError", py.get_type::<ValidationError>())?;
+    m.add("ApiError", py.get_type::<ApiError>())?;
+    m.add("NotFoundError", py.get_type::<NotFoundError>())?;
+    m.add("ConflictError", py.get_type::<ConflictError>())?;
+    m.add_class::<Resource>()?;
+    m.add_class::<Object>()?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(load_all, m)?)?;
+    m.add_function(wrap_pyfunction!(kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(render_template, m)?)?;
+    m.add_function(wrap_pyfunction!(check_template, m)?)?;
+    m.add_function(wrap_pyfunction!(admit_job, m)?)?;
+    m.add_function(wrap_pyfunction!(mutate_job, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_job, m)?)?;
+    m.add_function(wrap_pyfunction!(render_job, m)?)?;
+    m.add_function(wrap_pyfunction!(reservation_window, m)?)?;
+    m.add_function(wrap_pyfunction!(next_cron, m)?)?;
+    Ok(())
+}
