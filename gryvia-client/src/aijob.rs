@@ -20,12 +20,12 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::Executor;
 use crate::metrics::Metrics;
-use crate::runtime::{Context, Observe, cluster_owner, run, spec_or_lifecycle};
+use crate::runtime::{Context, Observe, cluster_owner, run, spec_controller};
 use crate::{Result, api_err};
 
 /// Observes an AI job: its batch Job, its pods, their nodes and its PriorityClass.
@@ -238,13 +238,8 @@ pub fn controllers(
             // GryviaAIJob: status-only updates (the operator's own writes) trigger nothing;
             // Job and pod changes do.
             let jobs_api: Api<GryviaAIJob> = Api::all(client.clone());
-            let (store, writer) = kube::runtime::reflector::store();
-            let job_events = watcher(jobs_api, watcher::Config::default())
-                .default_backoff()
-                .reflect(writer)
-                .applied_objects()
-                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
-            let job_ctrl = Controller::for_stream(job_events, store)
+            let job_ctrl = spec_controller(jobs_api)
+                .0
                 .owns(Api::<Job>::all(client.clone()), managed.clone())
                 .watches(
                     Api::<Pod>::all(client.clone()),
@@ -316,13 +311,7 @@ pub fn controllers(
                     return;
                 }
                 let rsv_api: Api<GryviaReservation> = Api::all(client.clone());
-                let (store, writer) = kube::runtime::reflector::store();
-                let events = watcher(rsv_api, watcher::Config::default())
-                    .default_backoff()
-                    .reflect(writer)
-                    .applied_objects()
-                    .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
-                let ctrl = Controller::for_stream(events, store).watches(
+                let ctrl = spec_controller(rsv_api).0.watches(
                     Api::<Node>::all(client.clone()),
                     watcher::Config::default().labels(labels::RESERVED_TAINT),
                     |node: Node| {

@@ -344,6 +344,24 @@ async fn lease_task_ended(
     }
 }
 
+/// A controller of every `K` that its own status writes do not trigger: only changes that
+/// pass [`spec_or_lifecycle`] start a reconcile. Returns the controller and the watch cache
+/// of `K` it fills (for observers and mappers that need all objects).
+pub fn spec_controller<K>(api: Api<K>) -> (Controller<K>, kube::runtime::reflector::Store<K>)
+where
+    K: Managed,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+    let (store, writer) = kube::runtime::reflector::store();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
+    (Controller::for_stream(events, store.clone()), store)
+}
+
 /// A predicate for `predicate_filter`: changes of the spec (generation), the finalizers or the
 /// deletion timestamp pass; status-only updates (the controller's own writes) do not.
 pub fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {

@@ -24,7 +24,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::Executor;
 use crate::metrics::Metrics;
-use crate::runtime::{Context, Observe, cluster_owner, run, spec_or_lifecycle};
+use crate::runtime::{Context, Observe, cluster_owner, run, spec_controller, spec_or_lifecycle};
 use crate::{Result, api_err};
 
 /// GPUs in `used` of a ResourceQuota (0 when absent or not a whole number).
@@ -216,13 +216,7 @@ pub fn controllers(
             ));
             let tenants_api: Api<GryviaTenant> = Api::all(client.clone());
             // Status-only updates of a tenant (the operator's own writes) trigger nothing.
-            let (store, writer) = kube::runtime::reflector::store();
-            let tenant_events = watcher(tenants_api.clone(), watcher::Config::default())
-                .default_backoff()
-                .reflect(writer)
-                .applied_objects()
-                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
-            let tenant_ctrl = Controller::for_stream(tenant_events, store.clone());
+            let (tenant_ctrl, store) = spec_controller(tenants_api.clone());
             let children_of = store.clone();
             let tenant_ctrl = tenant_ctrl
                 // Tenants are cluster-scoped: children map to them through `cluster_owner`.

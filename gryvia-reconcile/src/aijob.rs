@@ -639,6 +639,30 @@ fn set(
     );
 }
 
+/// Records the end of a job: `phase`, its condition (`Succeeded` or `Failed`) True and
+/// `Running` False with `reason`, the message, when it ended, no active worker.
+fn finish(
+    status: &mut GryviaAIJobStatus,
+    phase: JobPhase,
+    reason: &str,
+    msg: &str,
+    at: Timestamp,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let type_ = if phase == JobPhase::Succeeded {
+        SUCCEEDED
+    } else {
+        FAILED
+    };
+    set(status, type_, Status::True, reason, msg, generation, now);
+    set(status, RUNNING, Status::False, reason, msg, generation, now);
+    status.phase = Some(phase);
+    status.message = Some(msg.to_owned());
+    status.completion_time = Some(Time(at));
+    status.active = 0;
+}
+
 fn phase_name(p: JobPhase) -> &'static str {
     match p {
         JobPhase::Pending => "Pending",
@@ -693,18 +717,15 @@ impl crate::Reconcile for AIJobReconciler {
                 generation,
                 now,
             );
-            set(
+            finish(
                 &mut status,
-                FAILED,
-                Status::True,
+                JobPhase::Failed,
                 conditions::REASON_INVALID_SPEC,
-                msg.clone(),
+                &msg,
+                now,
                 generation,
                 now,
             );
-            status.phase = Some(JobPhase::Failed);
-            status.message = Some(msg.clone());
-            status.completion_time = Some(Time(now));
             plan.event(EventType::Warning, conditions::REASON_INVALID_SPEC, msg);
             plan.set_status_if_changed(job.status.as_ref(), status);
             return plan;
@@ -769,28 +790,15 @@ impl crate::Reconcile for AIJobReconciler {
             let msg = format!(
                 "the batch Job {name} was deleted before it finished; submit the job again to rerun it"
             );
-            set(
+            finish(
                 &mut status,
-                FAILED,
-                Status::True,
+                JobPhase::Failed,
                 "JobDeleted",
-                msg.clone(),
+                &msg,
+                now,
                 generation,
                 now,
             );
-            set(
-                &mut status,
-                RUNNING,
-                Status::False,
-                "JobDeleted",
-                msg.clone(),
-                generation,
-                now,
-            );
-            status.phase = Some(JobPhase::Failed);
-            status.message = Some(msg);
-            status.completion_time = Some(Time(now));
-            status.active = 0;
             emit_transitions(&mut plan, &current, &status);
             plan.set_status_if_changed(job.status.as_ref(), status);
             return plan;
@@ -906,28 +914,16 @@ impl crate::Reconcile for AIJobReconciler {
                 }
                 if observed.complete {
                     let msg = format!("{} of {replicas} workers succeeded", observed.succeeded);
-                    set(
+                    let at = observed.finish_time.unwrap_or(now);
+                    finish(
                         &mut status,
-                        SUCCEEDED,
-                        Status::True,
+                        JobPhase::Succeeded,
                         "Completed",
-                        msg.clone(),
+                        &msg,
+                        at,
                         generation,
                         now,
                     );
-                    set(
-                        &mut status,
-                        RUNNING,
-                        Status::False,
-                        "Completed",
-                        msg.clone(),
-                        generation,
-                        now,
-                    );
-                    status.phase = Some(JobPhase::Succeeded);
-                    status.completion_time = Some(Time(observed.finish_time.unwrap_or(now)));
-                    status.message = Some(msg);
-                    status.active = 0;
                 } else if let Some((reason, message)) = &observed.failed_condition {
                     let msg = match reason.as_str() {
                         "BackoffLimitExceeded" => format!(
@@ -936,28 +932,16 @@ impl crate::Reconcile for AIJobReconciler {
                         ),
                         _ => message.clone(),
                     };
-                    set(
+                    let at = observed.finish_time.unwrap_or(now);
+                    finish(
                         &mut status,
-                        FAILED,
-                        Status::True,
+                        JobPhase::Failed,
                         reason,
-                        msg.clone(),
+                        &msg,
+                        at,
                         generation,
                         now,
                     );
-                    set(
-                        &mut status,
-                        RUNNING,
-                        Status::False,
-                        reason,
-                        msg.clone(),
-                        generation,
-                        now,
-                    );
-                    status.phase = Some(JobPhase::Failed);
-                    status.completion_time = Some(Time(observed.finish_time.unwrap_or(now)));
-                    status.message = Some(msg);
-                    status.active = 0;
                 } else {
                     let live: Vec<&ObservedPod> = world
                         .pods
