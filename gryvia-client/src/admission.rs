@@ -160,15 +160,7 @@ impl Caches {
             .iter()
             .filter(|q| q.namespace().as_deref() == Some(namespace))
             .filter_map(|q| {
-                let hard = q.status.as_ref()?.hard.as_ref()?.get(GPU_REQUESTS)?;
-                let hard: i64 = hard.0.parse().ok()?;
-                let used: i64 = q
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.used.as_ref())
-                    .and_then(|u| u.get(GPU_REQUESTS))
-                    .and_then(|u| u.0.parse().ok())
-                    .unwrap_or(0);
+                let (hard, used) = gryvia_reconcile::tenancy::quota_gpus(q)?;
                 Some(GpuQuota {
                     name: q.name_any(),
                     hard,
@@ -216,8 +208,6 @@ impl Caches {
         })
     }
 }
-
-const GPU_REQUESTS: &str = "requests.nvidia.com/gpu";
 
 /// What the webhook handlers share.
 #[derive(Clone)]

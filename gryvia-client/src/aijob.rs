@@ -10,7 +10,7 @@ use gryvia_reconcile::aijob::{
     AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod,
 };
 use gryvia_reconcile::priority::{ObservedClass, PriorityReconciler, PriorityWorld};
-use gryvia_reconcile::reservation::{CandidateNode, ReservationReconciler, ReservationWorld};
+use gryvia_reconcile::reservation::{ReservationReconciler, ReservationWorld};
 use gryvia_reconcile::template::{TemplateReconciler, TemplateWorld};
 use gryvia_types::labels;
 use gryvia_types::{GryviaAIJob, GryviaPriority, GryviaReservation, GryviaTemplate};
@@ -54,15 +54,11 @@ impl Observe for AIJobObserver {
             .await
             .map_err(api_err(format!("read Job {ns}/{name}")))?
             .map(|j| ObservedJob::of(&j, &uid));
-        let mut pods: Vec<ObservedPod> = Api::<Pod>::namespaced(self.client.clone(), &ns)
-            .list(&ListParams::default().labels(&format!("{}={name}", labels::JOB_NAME)))
-            .await
-            .map_err(api_err(format!("list pods of {ns}/{name}")))?
-            .items
+        let pods: Vec<ObservedPod> = pods_of(&self.client, &ns, &name)
+            .await?
             .iter()
             .map(ObservedPod::of)
             .collect();
-        pods.sort_by(|a, b| a.name.cmp(&b.name));
         let nodes_api: Api<Node> = Api::all(self.client.clone());
         let mut nodes = BTreeMap::new();
         for node in pods.iter().filter_map(|p| p.node.as_deref()) {
@@ -158,51 +154,24 @@ impl Observe for ReservationObserver {
     type World = ReservationWorld;
 
     async fn observe(&self, _r: &GryviaReservation) -> Result<ReservationWorld> {
-        let nodes = Api::<Node>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(api_err("list nodes"))?
-            .items;
-        let pods = Api::<Pod>::all(self.client.clone())
-            .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
-            .await
-            .map_err(api_err("list running pods"))?
-            .items;
-        let mut in_use: BTreeMap<String, i32> = BTreeMap::new();
-        for p in &pods {
-            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                *in_use.entry(n).or_insert(0) += gryvia_reconcile::tenancy::pod_gpus(p);
-            }
-        }
-        let mut out: Vec<CandidateNode> = nodes
-            .iter()
-            .map(|n| {
-                let name = n.name_any();
-                let spec = n.spec.clone().unwrap_or_default();
-                CandidateNode {
-                    gpus_in_use: in_use.get(&name).copied().unwrap_or(0),
-                    product: n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned(),
-                    gpus: n
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.allocatable.as_ref())
-                        .and_then(|a| a.get(labels::NVIDIA_GPU_RESOURCE))
-                        .and_then(|q| q.0.parse().ok())
-                        .unwrap_or(0),
-                    reserved_by: n.labels().get(labels::RESERVED_TAINT).cloned(),
-                    unschedulable: spec.unschedulable.unwrap_or(false),
-                    quarantined: spec
-                        .taints
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|t| t.key == labels::GPU_UNHEALTHY_TAINT),
-                    name,
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(ReservationWorld { nodes: out })
+        let (nodes, pods) = nodes_and_active_pods(&self.client).await?;
+        Ok(ReservationWorld::of(&nodes, &pods))
     }
+}
+
+/// Every node, and every pod that is not finished.
+async fn nodes_and_active_pods(client: &kube::Client) -> Result<(Vec<Node>, Vec<Pod>)> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list nodes"))?
+        .items;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+        .await
+        .map_err(api_err("list running pods"))?
+        .items;
+    Ok((nodes, pods))
 }
 
 /// What the ai-operator runs besides AI jobs, templates and priorities.
@@ -246,9 +215,8 @@ pub fn controllers(
                     watcher::Config::default().labels(labels::JOB_NAME),
                     job_of_pod,
                 );
-            let job_reconciler = AIJobReconciler;
             let job_ctx = Arc::new(Context::new(
-                job_reconciler,
+                AIJobReconciler,
                 AIJobObserver::new(client.clone()),
                 Executor::new(
                     client.clone(),
@@ -399,16 +367,7 @@ pub async fn pods_of(client: &kube::Client, namespace: &str, name: &str) -> Resu
 /// # Errors
 /// [`crate::Error::Api`] when listing nodes or pods fails.
 pub async fn capacity(client: &kube::Client) -> Result<Vec<gryvia_reconcile::aijob::NodeCapacity>> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list nodes"))?
-        .items;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
-        .await
-        .map_err(api_err("list pods"))?
-        .items;
+    let (nodes, pods) = nodes_and_active_pods(client).await?;
     Ok(gryvia_reconcile::aijob::capacity(&nodes, &pods))
 }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use gryvia_reconcile::tenancy::{
-    GPU_REQUESTS, NamespaceState, QuotaReconciler, QuotaWorld, TENANT_QUOTA, TenantOptions,
-    TenantReconciler, TenantSummary, TenantWorld, namespace_of,
+    NamespaceState, QuotaReconciler, QuotaWorld, TENANT_QUOTA, TenantOptions, TenantReconciler,
+    TenantSummary, TenantWorld, namespace_of,
 };
 use gryvia_types::labels;
 use gryvia_types::{GryviaAIJob, GryviaQuota, GryviaTenant};
@@ -27,13 +27,10 @@ use crate::metrics::Metrics;
 use crate::runtime::{Context, Observe, cluster_owner, run, spec_controller, spec_or_lifecycle};
 use crate::{Result, api_err};
 
-/// GPUs in `used` of a ResourceQuota (0 when absent or not a whole number).
+/// GPUs in `used` of a ResourceQuota (0 when it has no GPU limit).
 fn gpus_used(rq: &ResourceQuota) -> i32 {
-    rq.status
-        .as_ref()
-        .and_then(|s| s.used.as_ref())
-        .and_then(|u| u.get(GPU_REQUESTS))
-        .and_then(|q| q.0.parse().ok())
+    gryvia_reconcile::tenancy::quota_gpus(rq)
+        .and_then(|(_, used)| i32::try_from(used).ok())
         .unwrap_or(0)
 }
 

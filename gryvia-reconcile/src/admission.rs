@@ -344,18 +344,21 @@ pub fn training_env(job: &GryviaAIJob) -> Vec<Value> {
     out
 }
 
+/// Items of a list as JSON values (typed Kubernetes values always serialize).
+fn values<T: Serialize>(items: &[T]) -> Vec<Value> {
+    items
+        .iter()
+        .map(|i| serde_json::to_value(i).unwrap_or(Value::Null))
+        .collect()
+}
+
 /// The JSON Patch (RFC 6902) the mutating webhook returns for a new job; empty when nothing
 /// is added.
 pub fn mutate_job(job: &GryviaAIJob) -> Vec<Value> {
     let mut ops = Vec::new();
     let extra = training_env(job);
     if !extra.is_empty() {
-        let mut all: Vec<Value> = job
-            .spec
-            .env
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-            .collect();
+        let mut all = values(&job.spec.env);
         all.extend(extra);
         ops.push(json!({"op": "add", "path": "/spec/env", "value": all}));
     }
@@ -365,12 +368,7 @@ pub fn mutate_job(job: &GryviaAIJob) -> Vec<Value> {
             t.key.as_deref() == Some(labels::RESERVED_TAINT) && t.value.as_deref() == Some(r)
         });
         if !has {
-            let mut all: Vec<Value> = job
-                .spec
-                .tolerations
-                .iter()
-                .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
-                .collect();
+            let mut all = values(&job.spec.tolerations);
             all.push(toleration);
             ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": all}));
         }

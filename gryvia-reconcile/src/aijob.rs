@@ -1095,31 +1095,12 @@ pub struct NodeCapacity {
 
 /// Free GPUs per node, sorted by GPU type then node; nodes without GPUs are left out.
 pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
-    let mut used: BTreeMap<&str, i32> = BTreeMap::new();
-    for p in pods {
-        let phase = p
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or("Pending");
-        if matches!(phase, "Succeeded" | "Failed") {
-            continue;
-        }
-        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            *used.entry(n).or_insert(0) += crate::tenancy::pod_gpus(p);
-        }
-    }
+    let used = crate::tenancy::gpus_by_node(pods);
     let mut out: Vec<NodeCapacity> = nodes
         .iter()
         .filter_map(|n| {
             let name = n.metadata.name.clone().unwrap_or_default();
-            let allocatable: i32 = n
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .and_then(|a| a.get(labels::NVIDIA_GPU_RESOURCE))
-                .and_then(|q| q.0.parse().ok())
-                .unwrap_or(0);
+            let allocatable = crate::tenancy::node_gpus(n);
             if allocatable == 0 {
                 return None;
             }
@@ -1139,7 +1120,7 @@ pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
                         .find(|t| t.key == labels::RESERVED_TAINT)
                         .map(|t| format!("reserved ({})", t.value.clone().unwrap_or_default()))
                 };
-            let u = used.get(name.as_str()).copied().unwrap_or(0);
+            let u = used.get(&name).copied().unwrap_or(0);
             Some(NodeCapacity {
                 gpu_type: n
                     .metadata
@@ -1161,5 +1142,31 @@ pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
         })
         .collect();
     out.sort_by(|a, b| (&a.gpu_type, &a.node).cmp(&(&b.gpu_type, &b.node)));
+    out
+}
+
+/// The pods to show for a job's logs: the newest attempt of each worker (by completion index),
+/// only those bound to a node, only worker `worker` when given; sorted by index.
+pub fn newest_attempts(pods: Vec<Pod>, worker: Option<u32>) -> Vec<Pod> {
+    let index = |p: &Pod| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(COMPLETION_INDEX))
+            .cloned()
+            .unwrap_or_else(|| "0".to_owned())
+    };
+    let mut pods: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter(|p| worker.is_none_or(|w| index(p) == w.to_string()))
+        .collect();
+    pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let mut latest: BTreeMap<String, Pod> = BTreeMap::new();
+    for p in pods {
+        latest.insert(index(&p), p);
+    }
+    let mut out: Vec<Pod> = latest.into_values().collect();
+    out.sort_by_key(|p| index(p).parse::<u32>().unwrap_or(0));
     out
 }

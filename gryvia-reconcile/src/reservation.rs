@@ -20,6 +20,7 @@ use gryvia_types::{
 };
 use jiff::civil::Weekday as CivilWeekday;
 use jiff::tz::TimeZone;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
@@ -204,6 +205,36 @@ pub struct CandidateNode {
 pub struct ReservationWorld {
     /// Every node.
     pub nodes: Vec<CandidateNode>,
+}
+
+impl ReservationWorld {
+    /// Summarises the cluster's nodes, with the GPUs `pods` hold on each.
+    pub fn of(nodes: &[Node], pods: &[Pod]) -> Self {
+        let in_use = crate::tenancy::gpus_by_node(pods);
+        let mut out: Vec<CandidateNode> = nodes
+            .iter()
+            .map(|n| {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let label = |k: &str| n.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+                let spec = n.spec.clone().unwrap_or_default();
+                CandidateNode {
+                    gpus_in_use: in_use.get(&name).copied().unwrap_or(0),
+                    product: label(labels::NVIDIA_GPU_PRODUCT),
+                    gpus: crate::tenancy::node_gpus(n),
+                    reserved_by: label(labels::RESERVED_TAINT),
+                    unschedulable: spec.unschedulable.unwrap_or(false),
+                    quarantined: spec
+                        .taints
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.key == labels::GPU_UNHEALTHY_TAINT),
+                    name,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        ReservationWorld { nodes: out }
+    }
 }
 
 /// The nodes to hold: nodes already held first (so a reservation keeps its nodes), then free

@@ -40,6 +40,49 @@ pub fn namespace_of(tenant: &str) -> String {
     format!("tenant-{tenant}")
 }
 
+/// Allocatable `nvidia.com/gpu` of a node (0 when it has none).
+pub fn node_gpus(node: &k8s_openapi::api::core::v1::Node) -> i32 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(labels::NVIDIA_GPU_RESOURCE))
+        .and_then(|q| q.0.parse().ok())
+        .unwrap_or(0)
+}
+
+/// GPUs held per node by the pods that hold them (bound, not finished).
+pub fn gpus_by_node(pods: &[k8s_openapi::api::core::v1::Pod]) -> BTreeMap<String, i32> {
+    let mut used = BTreeMap::new();
+    for p in pods {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("Pending");
+        if matches!(phase, "Succeeded" | "Failed") {
+            continue;
+        }
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *used.entry(n).or_insert(0) += pod_gpus(p);
+        }
+    }
+    used
+}
+
+/// `hard` and `used` of `requests.nvidia.com/gpu` in a ResourceQuota's status (`None` when it
+/// has no GPU limit; an unreadable `used` counts as 0).
+pub fn quota_gpus(rq: &k8s_openapi::api::core::v1::ResourceQuota) -> Option<(i64, i64)> {
+    let status = rq.status.as_ref()?;
+    let hard = status.hard.as_ref()?.get(GPU_REQUESTS)?.0.parse().ok()?;
+    let used = status
+        .used
+        .as_ref()
+        .and_then(|u| u.get(GPU_REQUESTS))
+        .and_then(|q| q.0.parse().ok())
+        .unwrap_or(0);
+    Some((hard, used))
+}
+
 /// GPUs a pod holds: the sum over its containers of `nvidia.com/gpu` (limits, else requests;
 /// for an extended resource the two are equal when both are set).
 pub fn pod_gpus(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {

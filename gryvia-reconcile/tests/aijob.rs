@@ -742,3 +742,33 @@ fn capacity_counts_free_gpus_per_node_and_says_why_a_node_takes_none() {
     assert_eq!(cap[2].unavailable.as_deref(), Some("quarantined (hc)"));
     assert_eq!(cap[3].unavailable.as_deref(), Some("reserved (r1)"));
 }
+
+#[test]
+fn logs_show_the_newest_bound_attempt_of_each_worker() {
+    use gryvia_reconcile::aijob::newest_attempts;
+    let p = |name: &str, index: &str, created: &str, node: Option<&str>| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "creationTimestamp": created,
+                         "annotations": {"batch.kubernetes.io/job-completion-index": index}},
+            "spec": {"nodeName": node, "containers": []}
+        }))
+        .unwrap()
+    };
+    let pods = vec![
+        p("w1-new", "1", "2026-12-02T10:05:00Z", Some("n")),
+        p("w0-old", "0", "2026-12-02T10:00:00Z", Some("n")),
+        p("w1-old", "1", "2026-12-02T10:00:00Z", Some("n")),
+        p("w0-new", "0", "2026-12-02T10:05:00Z", Some("n")),
+        p("w0-unbound", "0", "2026-12-02T10:09:00Z", None),
+    ];
+    let names = |v: Vec<Pod>| {
+        v.into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(newest_attempts(pods.clone(), None)),
+        vec!["w0-new", "w1-new"]
+    );
+    assert_eq!(names(newest_attempts(pods, Some(1))), vec!["w1-new"]);
+}

@@ -133,14 +133,8 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn jobs_from_file(file: &PathBuf) -> anyhow::Result<Vec<GryviaAIJob>> {
-    let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("read standard input")?
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
-    };
-    let docs = gryvia_types::validation::parse_yaml_documents(&text)
-        .with_context(|| format!("parse {}", file.display()))?;
+fn jobs_from_file(file: &std::path::Path) -> anyhow::Result<Vec<GryviaAIJob>> {
+    let docs = crate::read_documents(file)?;
     if docs.is_empty() {
         bail!("{}: no object in the file", file.display());
     }
@@ -259,34 +253,10 @@ pub async fn logs(
     gryvia_client::aijob::get(&client, &ns, name)
         .await?
         .with_context(|| format!("job {ns}/{name} not found"))?;
-    let mut pods: Vec<Pod> = gryvia_client::aijob::pods_of(&client, &ns, name)
-        .await?
-        .into_iter()
-        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-        .collect();
-    if let Some(w) = worker {
-        let index = w.to_string();
-        pods.retain(|p| {
-            p.annotations()
-                .get(gryvia_reconcile::aijob::COMPLETION_INDEX)
-                == Some(&index)
-                || (w == 0
-                    && !p
-                        .annotations()
-                        .contains_key(gryvia_reconcile::aijob::COMPLETION_INDEX))
-        });
-    }
-    // The newest attempt of each worker.
-    pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    let mut latest: BTreeMap<String, Pod> = BTreeMap::new();
-    for p in pods {
-        let key = p
-            .annotations()
-            .get(gryvia_reconcile::aijob::COMPLETION_INDEX)
-            .cloned()
-            .unwrap_or_default();
-        latest.insert(key, p);
-    }
+    let latest = gryvia_reconcile::aijob::newest_attempts(
+        gryvia_client::aijob::pods_of(&client, &ns, name).await?,
+        worker,
+    );
     if latest.is_empty() {
         bail!("job {ns}/{name} has no started worker yet (see `gryvia status {name}`)");
     }
@@ -300,7 +270,7 @@ pub async fn logs(
     };
     if follow {
         let mut streams = Vec::new();
-        for p in latest.values() {
+        for p in &latest {
             let pod = p.name_any();
             let stream = api
                 .log_stream(&pod, &params)
@@ -321,7 +291,7 @@ pub async fn logs(
         }
         return Ok(());
     }
-    for p in latest.values() {
+    for p in &latest {
         let pod = p.name_any();
         let text = api
             .logs(&pod, &params)

@@ -234,19 +234,23 @@ pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The YAML documents of `file` (`-`: standard input) as JSON values.
+pub(crate) fn read_documents(file: &std::path::Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("read standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
+    };
+    gryvia_types::validation::parse_yaml_documents(&text)
+        .with_context(|| format!("parse {}", file.display()))
+}
+
 fn validate(files: &[PathBuf]) -> anyhow::Result<()> {
     let validator = gryvia_types::validation::Validator::new()?;
     let mut checked = 0usize;
     let mut failures = Vec::new();
     for file in files {
-        let text = if file.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("read standard input")?
-        } else {
-            std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
-        };
-        let docs = gryvia_types::validation::parse_yaml_documents(&text)
-            .with_context(|| format!("parse {}", file.display()))?;
-        for doc in docs {
+        for doc in read_documents(file)? {
             checked += 1;
             if let Err(e) = validator.validate(&doc) {
                 failures.push(format!("{}: {e}", file.display()));
