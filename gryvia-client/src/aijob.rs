@@ -3,7 +3,6 @@
 //! (PriorityClasses). The policy is in `gryvia_reconcile::{aijob, template, priority}`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use gryvia_reconcile::aijob::{
@@ -23,7 +22,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use crate::apply::Executor;
 use crate::metrics::Metrics;
 use crate::runtime::{Context, Observe, cluster_owner, run, spec_controller};
 use crate::{Result, api_err};
@@ -215,15 +213,12 @@ pub fn controllers(
                     watcher::Config::default().labels(labels::JOB_NAME),
                     job_of_pod,
                 );
-            let job_ctx = Arc::new(Context::new(
+            let job_ctx = Context::for_client(
                 AIJobReconciler,
                 AIJobObserver::new(client.clone()),
-                Executor::new(
-                    client.clone(),
-                    gryvia_reconcile::Reconcile::name(&AIJobReconciler),
-                ),
+                &client,
                 metrics.clone(),
-            ));
+            );
 
             // GryviaTemplate: re-counted when a labelled job comes or goes.
             let tpl_ctrl = Controller::new(
@@ -239,17 +234,14 @@ pub fn controllers(
                         .map(|t| ObjectRef::<GryviaTemplate>::new(t))
                 },
             );
-            let tpl_ctx = Arc::new(Context::new(
+            let tpl_ctx = Context::for_client(
                 TemplateReconciler,
                 TemplateObserver {
                     client: client.clone(),
                 },
-                Executor::new(
-                    client.clone(),
-                    gryvia_reconcile::Reconcile::name(&TemplateReconciler),
-                ),
+                &client,
                 metrics.clone(),
-            ));
+            );
 
             // GryviaPriority: its PriorityClass.
             let prio_ctrl = Controller::new(
@@ -261,17 +253,14 @@ pub fn controllers(
                 managed,
                 cluster_owner::<GryviaPriority, _>,
             );
-            let prio_ctx = Arc::new(Context::new(
+            let prio_ctx = Context::for_client(
                 PriorityReconciler,
                 PriorityObserver {
                     client: client.clone(),
                 },
-                Executor::new(
-                    client.clone(),
-                    gryvia_reconcile::Reconcile::name(&PriorityReconciler),
-                ),
+                &client,
                 metrics.clone(),
-            ));
+            );
 
             // GryviaReservation (opt-in): nodes it labels carry its name.
             let reservations = async {
@@ -288,17 +277,14 @@ pub fn controllers(
                             .map(|r| ObjectRef::<GryviaReservation>::new(r))
                     },
                 );
-                let ctx = Arc::new(Context::new(
+                let ctx = Context::for_client(
                     ReservationReconciler,
                     ReservationObserver {
                         client: client.clone(),
                     },
-                    Executor::new(
-                        client.clone(),
-                        gryvia_reconcile::Reconcile::name(&ReservationReconciler),
-                    ),
+                    &client,
                     metrics.clone(),
-                ));
+                );
                 run(ctrl, ctx).await;
             };
             futures::join!(

@@ -131,6 +131,20 @@ impl<R, O> Context<R, O> {
     }
 }
 
+impl<R: Reconcile, O> Context<R, O> {
+    /// A shared context whose executor talks through `client` under the reconciler's name
+    /// (one field manager per controller).
+    pub fn for_client(
+        reconciler: R,
+        observer: O,
+        client: &kube::Client,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        let executor = Executor::new(client.clone(), reconciler.name());
+        Arc::new(Context::new(reconciler, observer, executor, metrics))
+    }
+}
+
 fn key_of<K: Resource>(obj: &K) -> String {
     format!(
         "{}/{}",

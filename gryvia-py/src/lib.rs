@@ -430,9 +430,8 @@ fn render_template(
     let job =
         gryvia_reconcile::template::render(&tpl, name, namespace, &params.unwrap_or_default())
             .map_err(|e| ValidationError::new_err(e.to_string()))?;
-    let mut value = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
-    value["apiVersion"] = Value::from("gryvia.io/v1alpha1");
-    value["kind"] = Value::from("GryviaAIJob");
+    // The CustomResource serializes its own apiVersion and kind.
+    let value = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
     Ok(Resource {
         value: normalize(&value)?,
     })

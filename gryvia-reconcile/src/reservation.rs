@@ -273,6 +273,16 @@ pub fn choose_nodes(
     out
 }
 
+/// GPUs of the named nodes.
+fn gpus_on(world: &ReservationWorld, nodes: &[String]) -> i32 {
+    world
+        .nodes
+        .iter()
+        .filter(|n| nodes.contains(&n.name))
+        .map(|n| n.gpus)
+        .sum()
+}
+
 fn hold(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str) {
     plan.node_ops.push(NodeOp::Label {
         node: node.to_owned(),
@@ -416,12 +426,7 @@ impl crate::Reconcile for ReservationReconciler {
                 status.window_end = Some(Time(end));
                 let res = &r.spec.resources;
                 let chosen = choose_nodes(&name, &res.gpu_type, res.gpu_count, world);
-                let gpus: i32 = world
-                    .nodes
-                    .iter()
-                    .filter(|n| chosen.contains(&n.name))
-                    .map(|n| n.gpus)
-                    .sum();
+                let gpus = gpus_on(world, &chosen);
                 if gpus >= res.gpu_count {
                     (
                         ReservationPhase::Active,
@@ -453,12 +458,7 @@ impl crate::Reconcile for ReservationReconciler {
                 release(&mut plan, &n.name);
             }
         }
-        status.reserved_gpus = world
-            .nodes
-            .iter()
-            .filter(|n| desired.contains(&n.name))
-            .map(|n| n.gpus)
-            .sum();
+        status.reserved_gpus = gpus_on(world, &desired);
         status.reserved_nodes = desired;
         status.message = Some(message.clone());
         if current.phase != Some(phase) {
