@@ -13,6 +13,7 @@ pub mod gpu_agent;
 pub mod health;
 pub mod metrics;
 pub mod operator;
+pub mod resources;
 pub mod runtime;
 pub mod tenancy;
 pub mod webhook;
@@ -116,6 +117,17 @@ impl Error {
         }
     }
 
+    /// The HTTP status of a request the API server refused (404 not found, 409 conflict ...).
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Error::Api {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
+    }
+
     /// How long to wait before retrying the operation that failed.
     pub fn requeue_after(&self) -> Duration {
         match self {
@@ -190,9 +202,37 @@ where
 /// # Errors
 /// [`Error::Config`] when no configuration is found or it is unusable.
 pub async fn connect() -> Result<kube::Client> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(|e| Error::Config(kube::Error::InferConfig(e)))?;
+    connect_with(None, None).await
+}
+
+/// Connects with an explicit kubeconfig file and/or context; `None` for both is [`connect`].
+///
+/// # Errors
+/// [`Error::Config`] when the file is unreadable, the context does not exist or the
+/// configuration is unusable.
+pub async fn connect_with(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let mut config = match (kubeconfig, context) {
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| Error::Config(kube::Error::InferConfig(e)))?,
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?,
+        (Some(path), _) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?
+        }
+    };
     config.default_retry = false;
     kube::Client::try_from(config).map_err(Error::Config)
 }

@@ -6,6 +6,8 @@
 //! functions are those of `gryvia_reconcile`, the same code the operators run. What it is not:
 //! it holds no domain logic of its own.
 
+mod client;
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -48,19 +50,19 @@ create_exception!(
     "The object exists already or was changed meanwhile."
 );
 
-fn validator() -> PyResult<&'static Validator> {
+pub(crate) fn validator() -> PyResult<&'static Validator> {
     static V: OnceLock<Result<Validator, String>> = OnceLock::new();
     V.get_or_init(|| Validator::new().map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| GryviaError::new_err(format!("compile the schemas: {e}")))
 }
 
-fn invalid(e: &ValidationErrors) -> PyErr {
+pub(crate) fn invalid(e: &ValidationErrors) -> PyErr {
     ValidationError::new_err(e.to_string())
 }
 
 /// Python value -> JSON.
-fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+pub(crate) fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -112,7 +114,7 @@ fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
 }
 
 /// JSON -> Python value (dicts and lists, not wrappers).
-fn to_py(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
+pub(crate) fn to_py(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
     Ok(match v {
         Value::Null => py.None(),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any().unbind(),
@@ -160,33 +162,17 @@ fn camel(name: &str) -> String {
     out
 }
 
-macro_rules! normalize_kinds {
-    ($kind:expr, $value:expr; $($t:ident),* $(,)?) => {
-        match $kind {
-            $(stringify!($t) => serde_json::from_value::<gryvia_types::$t>($value.clone())
-                .and_then(|o| serde_json::to_value(o))
-                .map_err(|e| ValidationError::new_err(format!("{}: {e}", stringify!($t)))),)*
-            other => Err(ValidationError::new_err(format!("kind: {other:?} is not a Gryvia kind"))),
-        }
-    };
-}
-
 /// Validates `value` as a Gryvia object and returns it as its typed struct writes it (defaults
 /// filled in).
 fn normalize(value: &Value) -> PyResult<Value> {
     validator()?.validate(value).map_err(|e| invalid(&e))?;
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    normalize_kinds!(kind, value;
-        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
-        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
-        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
-        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
-        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
-        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
-        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+    gryvia_types::crds::typed_value(value.clone()).map_err(|e| {
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ValidationError::new_err(format!("{kind}: {e}"))
+    })
 }
 
 /// A Gryvia object (any kind), validated like the API server validates it.
@@ -196,7 +182,7 @@ fn normalize(value: &Value) -> PyResult<Value> {
 /// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
 #[pyclass(module = "gryvia._gryvia", frozen)]
 pub struct Resource {
-    value: Value,
+    pub(crate) value: Value,
 }
 
 /// A read-only view of a nested object of a resource, with attribute access.
@@ -396,9 +382,27 @@ fn kinds() -> Vec<String> {
     gryvia_types::crds::kinds()
 }
 
+/// A Python value as a typed Rust value; a Gryvia object is first validated like the API
+/// server validates it, so a misspelt field is an error rather than silently dropped.
 fn typed<K: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<K> {
-    serde_json::from_value(to_json(obj)?)
-        .map_err(|e| ValidationError::new_err(format!("{what}: {e}")))
+    let value = to_json(obj)?;
+    let gryvia =
+        |v: &Value| v.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION);
+    let check = |v: &Value, at: String| {
+        validator()?
+            .validate(v)
+            .map_err(|e| ValidationError::new_err(format!("{at}: {e}")))
+    };
+    match &value {
+        v if gryvia(v) => check(v, what.to_owned())?,
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate().filter(|(_, v)| gryvia(v)) {
+                check(item, format!("{what}[{i}]"))?;
+            }
+        }
+        _ => {}
+    }
+    serde_json::from_value(value).map_err(|e| ValidationError::new_err(format!("{what}: {e}")))
 }
 
 fn out(py: Python<'_>, v: &impl serde::Serialize) -> PyResult<Py<PyAny>> {
@@ -546,6 +550,159 @@ fn next_cron(schedule: &str, after: &str) -> PyResult<String> {
         .ok_or_else(|| ValidationError::new_err("schedule: never fires"))
 }
 
+/// Decodes the JSON body of a list response (`{"items": [...]}`) of Gryvia objects into
+/// `Resource`s, each through its typed Rust struct: the decode `Client.list` does. Items
+/// without `apiVersion`/`kind` take those of the list (`GryviaAIJobList` -> `GryviaAIJob`).
+#[pyfunction]
+fn decode_list(data: &Bound<'_, PyAny>) -> PyResult<Vec<Resource>> {
+    #[derive(serde::Deserialize)]
+    struct List {
+        #[serde(default)]
+        kind: Option<String>,
+        #[serde(default)]
+        items: Vec<Value>,
+    }
+    let list: List = if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
+        serde_json::from_slice(b.as_bytes())
+    } else {
+        serde_json::from_str(&data.cast::<PyString>()?.to_cow()?)
+    }
+    .map_err(|e| ValidationError::new_err(format!("list: {e}")))?;
+    let item_kind = list
+        .kind
+        .as_deref()
+        .and_then(|k| k.strip_suffix("List"))
+        .map(str::to_owned);
+    list.items
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut item)| {
+            if let (Value::Object(m), Some(k)) = (&mut item, &item_kind) {
+                m.entry("apiVersion")
+                    .or_insert_with(|| Value::String(gryvia_types::API_VERSION.to_owned()));
+                m.entry("kind").or_insert_with(|| Value::String(k.clone()));
+            }
+            gryvia_types::crds::typed_value(item)
+                .map(|value| Resource { value })
+                .map_err(|e| ValidationError::new_err(format!("items[{i}]: {e}")))
+        })
+        .collect()
+}
+
+fn world<W: serde::de::DeserializeOwned + Default>(w: Option<&Bound<'_, PyAny>>) -> PyResult<W> {
+    match w {
+        Some(w) => typed(w, "world"),
+        None => Ok(W::default()),
+    }
+}
+
+/// The GPU health controller's Plan for a GryviaHealthCheck in `world` (keys of
+/// `HealthWorld`: `nodes`, `gpuNodes`, `pods`, `pdbs`, `remediatingElsewhere`) at `now`;
+/// `remediation` is the operator's `--gpu-remediation` switch.
+#[pyfunction]
+#[pyo3(signature = (check, world=None, now=None, remediation=false))]
+fn reconcile_health_check(
+    py: Python<'_>,
+    check: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+    remediation: bool,
+) -> PyResult<Py<PyAny>> {
+    use gryvia_reconcile::health::{HealthCheckReconciler, HealthOptions, HealthWorld};
+    let check: gryvia_types::GryviaHealthCheck = typed(check, "check")?;
+    let world: HealthWorld = self::world(world)?;
+    let r = HealthCheckReconciler {
+        options: HealthOptions { remediation },
+    };
+    out(py, &r.reconcile(&check, &world, parse_now(now)?))
+}
+
+/// A health check's verdict on one node from its GryviaGpuNode (`None`: the node reports
+/// nothing): a dict with `verdict`, `reasons`, `gpus`, `observedAt`.
+#[pyfunction]
+#[pyo3(signature = (check, gpu_node=None, now=None))]
+fn evaluate_node(
+    py: Python<'_>,
+    check: &Bound<'_, PyAny>,
+    gpu_node: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let check: gryvia_types::GryviaHealthCheck = typed(check, "check")?;
+    let node: Option<gryvia_types::GryviaGpuNode> = match gpu_node {
+        Some(n) => Some(typed(n, "gpu_node")?),
+        None => None,
+    };
+    let status = node.as_ref().and_then(|n| n.status.as_ref());
+    out(
+        py,
+        &gryvia_reconcile::health::evaluate_node(&check.spec, status, parse_now(now)?),
+    )
+}
+
+/// Which pods a drain evicts now and which a PodDisruptionBudget blocks: `pods` and `pdbs`
+/// are lists of dicts with the keys of `PodInfo` and `PdbInfo`.
+#[pyfunction]
+fn drain_plan(
+    py: Python<'_>,
+    pods: &Bound<'_, PyAny>,
+    pdbs: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    let pods: Vec<gryvia_reconcile::health::PodInfo> = typed(pods, "pods")?;
+    let pdbs: Vec<gryvia_reconcile::health::PdbInfo> = typed(pdbs, "pdbs")?;
+    out(py, &gryvia_reconcile::health::drain_plan(&pods, &pdbs))
+}
+
+/// The GPU limits of a tenant tree: GryviaTenant objects in, a dict of tenant name ->
+/// allocation (`asked`, `granted`, `own`, `capped`, `problem`) out.
+#[pyfunction]
+fn allocate_tenants(py: Python<'_>, tenants: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let tenants: Vec<gryvia_types::GryviaTenant> = typed(tenants, "tenants")?;
+    let summaries: Vec<_> = tenants
+        .iter()
+        .map(gryvia_reconcile::tenancy::TenantSummary::of)
+        .collect();
+    out(py, &gryvia_reconcile::tenancy::allocate(&summaries))
+}
+
+/// The tenant controller's Plan (the namespace, ResourceQuota, LimitRange, NetworkPolicy and
+/// RoleBindings it wants, and the status) for a GryviaTenant in `world` (keys of
+/// `TenantWorld`); `tenant_rbac` is the operator's `--tenant-rbac` switch.
+#[pyfunction]
+#[pyo3(signature = (tenant, world=None, now=None, tenant_rbac=false))]
+fn reconcile_tenant(
+    py: Python<'_>,
+    tenant: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+    tenant_rbac: bool,
+) -> PyResult<Py<PyAny>> {
+    use gryvia_reconcile::tenancy::{TenantOptions, TenantReconciler, TenantWorld};
+    let tenant: gryvia_types::GryviaTenant = typed(tenant, "tenant")?;
+    let world: TenantWorld = self::world(world)?;
+    let r = TenantReconciler {
+        options: TenantOptions { tenant_rbac },
+    };
+    out(py, &r.reconcile(&tenant, &world, parse_now(now)?))
+}
+
+/// The quota controller's Plan (a ResourceQuota per namespace) for a GryviaQuota in `world`
+/// (keys of `QuotaWorld`: `existingNamespaces`, `managedIn`, `gpusUsed`).
+#[pyfunction]
+#[pyo3(signature = (quota, world=None, now=None))]
+fn reconcile_quota(
+    py: Python<'_>,
+    quota: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let quota: gryvia_types::GryviaQuota = typed(quota, "quota")?;
+    let world: gryvia_reconcile::tenancy::QuotaWorld = self::world(world)?;
+    out(
+        py,
+        &gryvia_reconcile::tenancy::QuotaReconciler.reconcile(&quota, &world, parse_now(now)?),
+    )
+}
+
 /// The native module.
 #[pymodule]
 fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -568,5 +725,13 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_job, m)?)?;
     m.add_function(wrap_pyfunction!(reservation_window, m)?)?;
     m.add_function(wrap_pyfunction!(next_cron, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_list, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_health_check, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_node, m)?)?;
+    m.add_function(wrap_pyfunction!(drain_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(allocate_tenants, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_tenant, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_quota, m)?)?;
+    client::register(m)?;
     Ok(())
 }

@@ -64,7 +64,8 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
 pub const CRITICAL_XIDS: [i32; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 120];
 
 /// Operator-wide switches.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct HealthOptions {
     /// `--gpu-remediation`: act on failures (quarantine, drain, remediation). Without it,
     /// checks are evaluated and reported only.
@@ -72,7 +73,8 @@ pub struct HealthOptions {
 }
 
 /// A Kubernetes node as the health policy sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct NodeInfo {
     /// Node name.
     pub name: String,
@@ -90,7 +92,8 @@ pub struct NodeInfo {
 }
 
 /// A pod as a drain sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PodInfo {
     /// Namespace.
     pub namespace: String,
@@ -116,7 +119,8 @@ impl PodInfo {
 }
 
 /// A PodDisruptionBudget as a drain sees it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct PdbInfo {
     /// Namespace.
     pub namespace: String,
@@ -129,7 +133,8 @@ pub struct PdbInfo {
 }
 
 /// What a health check's reconcile needs to know.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct HealthWorld {
     /// Every node of the cluster.
     pub nodes: Vec<NodeInfo>,
@@ -352,7 +357,8 @@ pub fn evaluate_gpu(
 }
 
 /// The verdict on one node: the worst over its GPUs, with the non-healthy GPUs listed.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeEvaluation {
     /// Worst GPU verdict (Unknown without observations).
     pub verdict: Verdict,
@@ -438,7 +444,8 @@ pub fn selector_matches(
 }
 
 /// What draining a node means for its pods.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct DrainPlan {
     /// Pods to evict now (namespace/name).
     pub evict: Vec<PodInfo>,
@@ -452,7 +459,8 @@ pub struct DrainPlan {
 }
 
 /// A pod whose eviction a PodDisruptionBudget refuses.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct BlockedPod {
     /// The pod.
     pub pod: PodInfo,

@@ -105,7 +105,8 @@ pub fn pod_gpus(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
 }
 
 /// What the tenant reconcile knows about the cluster.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct TenantWorld {
     /// Every tenant (for the hierarchy), this one included.
     pub tenants: Vec<TenantSummary>,
@@ -122,15 +123,19 @@ pub struct TenantWorld {
 }
 
 /// The part of a tenant the hierarchy needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TenantSummary {
     /// Name.
     pub name: String,
     /// `spec.parentTenant`.
+    #[serde(default)]
     pub parent: Option<String>,
     /// `spec.quotas.concurrentGPUs`.
+    #[serde(default)]
     pub gpus: Option<i32>,
     /// Creation time (earlier siblings are served first); `None` sorts first.
+    #[serde(default)]
     pub created: Option<Timestamp>,
 }
 
@@ -147,7 +152,8 @@ impl TenantSummary {
 }
 
 /// A namespace as the reconcile sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct NamespaceState {
     /// Its `gryvia.io/tenant` label.
     pub tenant_label: Option<String>,
@@ -156,7 +162,8 @@ pub struct NamespaceState {
 }
 
 /// The GPU allocation of one tenant in the hierarchy.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Allocation {
     /// What the tenant asked for (`None`: no limit).
     pub asked: Option<i32>,
@@ -295,7 +302,8 @@ fn problem(t: &TenantSummary, reason: &str, message: String) -> Allocation {
 }
 
 /// Options of the tenant reconcile (flags of the quota-operator).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct TenantOptions {
     /// Create RoleBindings for members (`--tenant-rbac`, opt-in).
     pub tenant_rbac: bool,
@@ -740,7 +748,8 @@ impl HasConditions for GryviaQuotaStatus {
 // ---------------------------------------------------------------------------------------------
 
 /// What the quota reconcile knows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct QuotaWorld {
     /// Namespaces that exist (of those the quota names), sorted.
     pub existing_namespaces: BTreeSet<String>,

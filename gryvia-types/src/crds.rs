@@ -98,6 +98,40 @@ pub fn all_yaml() -> Result<String> {
     Ok(out)
 }
 
+/// Decodes `value` through the typed struct of its `kind` and writes it back: the object as
+/// Gryvia's own types see it (defaults filled in, fields the types do not know dropped). This
+/// is the typed decode of objects that come from the API server (already validated there) and
+/// the last step of client-side normalization.
+///
+/// # Errors
+/// [`Error::UnknownKind`] when `kind` is missing or not a Gryvia kind; [`Error::Json`] when
+/// the object does not fit its type (the message names the field).
+pub fn typed_value(value: serde_json::Value) -> Result<serde_json::Value> {
+    macro_rules! by_kind {
+        ($kind:expr, $value:expr; $($t:ident),* $(,)?) => {
+            match $kind {
+                $(stringify!($t) => Ok(serde_json::to_value(
+                    serde_json::from_value::<crate::$t>($value)?,
+                )?),)*
+                other => Err(Error::UnknownKind(other.to_owned())),
+            }
+        };
+    }
+    let kind = value
+        .get("kind")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    by_kind!(kind.as_str(), value;
+        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
+        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
+        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
+        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
+        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
+        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
+        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +179,24 @@ mod tests {
     fn unknown_kind_is_an_error_naming_it() {
         let err = by_kind("Deployment").unwrap_err().to_string();
         assert!(err.contains("Deployment"), "{err}");
+    }
+
+    #[test]
+    fn typed_value_decodes_every_kind_and_refuses_others() {
+        for kind in kinds() {
+            let v = serde_json::json!({"apiVersion": crate::API_VERSION, "kind": kind,
+                "metadata": {"name": "x"}, "spec": {}});
+            // Every kind decodes or names the field it misses; none is unknown.
+            if let Err(e) = typed_value(v) {
+                assert!(matches!(e, Error::Json(_)), "{kind}: {e}");
+            }
+        }
+        let job = serde_json::json!({"apiVersion": crate::API_VERSION, "kind": "GryviaAIJob",
+            "metadata": {"name": "j"}, "spec": {"image": "i", "gpus": 1}, "extra": 1});
+        let out = typed_value(job).unwrap();
+        assert_eq!(out["spec"]["retryLimit"], 3);
+        assert!(out.get("extra").is_none());
+        let err = typed_value(serde_json::json!({"kind": "Pod"})).unwrap_err();
+        assert!(matches!(err, Error::UnknownKind(k) if k == "Pod"));
     }
 }

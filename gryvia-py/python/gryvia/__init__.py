@@ -1,26 +1,39 @@
 """Gryvia's Python SDK.
 
 Typed, validated Gryvia objects (every kind of ``gryvia.io/v1alpha1``, checked against the
-same CRD schemas and CEL rules the API server enforces) and the pure policy functions the
-operators run (template rendering, admission decisions, the AI job controller's plan,
-reservation windows, cron schedules). Everything calls into Gryvia's Rust libraries.
+same CRD schemas and CEL rules the API server enforces), the pure policy functions the
+operators run (GPU health and drains, tenants and quotas, template rendering, admission
+decisions, the AI job controller's plan, reservation windows, cron schedules), and a
+Kubernetes client, blocking (``Client``) and asyncio (``AsyncClient``). Everything calls into
+Gryvia's Rust libraries.
 """
 
 from ._gryvia import (
     ApiError,
+    AsyncClient,
+    Client,
     ConflictError,
     GryviaError,
     NotFoundError,
     Object,
     Resource,
     ValidationError,
+    Watch,
+    WatchEvent,
     admit_job,
+    allocate_tenants,
     check_template,
+    decode_list,
+    drain_plan,
+    evaluate_node,
     kinds,
     load_all,
     mutate_job,
     next_cron,
+    reconcile_health_check,
     reconcile_job,
+    reconcile_quota,
+    reconcile_tenant,
     render_job,
     render_template,
     reservation_window,
@@ -29,19 +42,30 @@ from ._gryvia import (
 
 __all__ = [
     "ApiError",
+    "AsyncClient",
+    "Client",
     "ConflictError",
     "GryviaError",
     "NotFoundError",
     "Object",
     "Resource",
     "ValidationError",
+    "Watch",
+    "WatchEvent",
     "admit_job",
+    "allocate_tenants",
     "check_template",
+    "decode_list",
+    "drain_plan",
+    "evaluate_node",
     "kinds",
     "load_all",
     "mutate_job",
     "next_cron",
+    "reconcile_health_check",
     "reconcile_job",
+    "reconcile_quota",
+    "reconcile_tenant",
     "render_job",
     "render_template",
     "reservation_window",

@@ -1,6 +1,6 @@
 """Type stubs of the native module ``gryvia._gryvia``."""
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, AsyncIterator, Awaitable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 class GryviaError(Exception):
     """Base class of every Gryvia error."""
@@ -99,3 +99,175 @@ def reservation_window(reservation: Any, now: Optional[str] = None) -> Dict[str,
 def next_cron(schedule: str, after: str) -> str:
     """The next time a cron schedule (UTC; five fields, or six with seconds) fires after
     ``after`` (RFC 3339)."""
+
+def decode_list(data: Union[bytes, str]) -> List[Resource]:
+    """Decodes the JSON body of a list response (``{"kind": "GryviaAIJobList", "items": [...]}``)
+    into ``Resource``s, each through its typed Rust struct: the decode ``Client.list`` does.
+    Raises ``ValidationError`` naming the item and field that do not fit."""
+
+def reconcile_health_check(
+    check: Any,
+    world: Optional[Mapping[str, Any]] = None,
+    now: Optional[str] = None,
+    remediation: bool = False,
+) -> Dict[str, Any]:
+    """The GPU health controller's Plan for a GryviaHealthCheck (cordon, quarantine taint,
+    evictions, remediation steps, status, events). ``world`` keys: ``nodes`` (``name``,
+    ``labels``, ``gpuCapacity``, ``unschedulable``, ``quarantinedBy``, ``maintenance``),
+    ``gpuNodes`` (GryviaGpuNodes by node name), ``pods`` (by node name), ``pdbs``,
+    ``remediatingElsewhere``. ``remediation`` is the operator's ``--gpu-remediation``."""
+
+def evaluate_node(check: Any, gpu_node: Any = None, now: Optional[str] = None) -> Dict[str, Any]:
+    """A health check's verdict on one node from its GryviaGpuNode (``None``: it reports
+    nothing): ``{"verdict", "reasons", "gpus", "observedAt"}``."""
+
+def drain_plan(pods: Sequence[Mapping[str, Any]], pdbs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Which pods a drain evicts now (``evict``), which a PodDisruptionBudget holds back
+    (``blocked``), which are ``terminating`` and which it ``skipped`` (DaemonSet and mirror
+    pods). Pods: ``namespace``, ``name``, ``labels``, ``ownerKind``, ``mirror``, ``phase``,
+    ``terminating``; PDBs: ``namespace``, ``name``, ``selector``, ``disruptionsAllowed``."""
+
+def allocate_tenants(tenants: Sequence[Any]) -> Dict[str, Dict[str, Any]]:
+    """The GPU limits down a tree of GryviaTenants: tenant name -> ``{"asked", "granted",
+    "own", "capped", "problem"}``."""
+
+def reconcile_tenant(
+    tenant: Any,
+    world: Optional[Mapping[str, Any]] = None,
+    now: Optional[str] = None,
+    tenant_rbac: bool = False,
+) -> Dict[str, Any]:
+    """The tenant controller's Plan: the namespace, ResourceQuota, LimitRange, NetworkPolicy
+    and RoleBindings it wants, and the status. ``world`` keys: ``tenants`` (``name``,
+    ``parent``, ``gpus``, ``created``), ``namespace`` (``tenantLabel``, ``terminating``),
+    ``gpusInUse``, ``gpusByType``, ``pods``, ``workloads``."""
+
+def reconcile_quota(
+    quota: Any, world: Optional[Mapping[str, Any]] = None, now: Optional[str] = None
+) -> Dict[str, Any]:
+    """The quota controller's Plan: a ResourceQuota per namespace of a GryviaQuota.
+    ``world`` keys: ``existingNamespaces``, ``managedIn``, ``gpusUsed``."""
+
+class WatchEvent:
+    """One change seen by a watch."""
+
+    @property
+    def type(self) -> str:
+        """``ADDED``, ``MODIFIED`` or ``DELETED``."""
+    @property
+    def object(self) -> Any:
+        """The object: a ``Resource`` for Gryvia kinds, a dict otherwise."""
+
+class Watch:
+    """A watch of one kind. Iterate it with ``for`` (from ``Client.watch``) or ``async for``
+    (from ``AsyncClient.watch``). It starts on the first event asked for, yields the current
+    objects as ``ADDED``, then every change (objects that vanished while it reconnected come
+    as ``DELETED``), and reconnects by itself; with a ``timeout`` it ends that many seconds
+    after it was made. Raises ``ApiError`` when the watch fails; iterating on retries."""
+
+    def __iter__(self) -> Iterator[WatchEvent]: ...
+    def __next__(self) -> WatchEvent: ...
+    def __aiter__(self) -> AsyncIterator[WatchEvent]: ...
+    def __anext__(self) -> Awaitable[WatchEvent]: ...
+
+class Client:
+    """A Kubernetes client with blocking methods (the GIL is released while it waits; Ctrl-C
+    cancels a request).
+
+    ``Client()`` finds its configuration as kubectl does: in-cluster, ``KUBECONFIG``,
+    ``~/.kube/config``; ``kubeconfig`` (a path) and ``context`` choose explicitly. Kinds are
+    Gryvia kinds unless ``api_version`` names another group (``"v1"`` for Namespace,
+    ``"batch/v1"`` for Job). Gryvia objects come back as ``Resource``, others as dicts.
+    Errors: ``NotFoundError`` (404), ``ConflictError`` (409), ``ApiError`` (other refusals),
+    ``ValidationError`` (a Gryvia object that the API server would refuse, checked before
+    sending; an unknown kind), ``GryviaError`` (configuration, timeouts)."""
+
+    def __init__(
+        self,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+        field_manager: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def namespace(self) -> str:
+        """The namespace of the configuration's context (``default`` when it names none)."""
+    def get(self, kind: str, name: str, namespace: Optional[str] = None, api_version: Optional[str] = None) -> Any:
+        """Reads one object; raises ``NotFoundError`` when it does not exist."""
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        api_version: Optional[str] = None,
+    ) -> List[Any]:
+        """Lists objects in ``namespace``, or in every namespace without one."""
+    def create(self, obj: Any) -> Any:
+        """Creates an object (a ``Resource`` or a dict; the context's namespace when it names
+        none); raises ``ConflictError`` when it exists."""
+    def apply(self, obj: Any, force: bool = True, field_manager: Optional[str] = None) -> Any:
+        """Server-side applies an object; ``force`` takes fields over from other managers."""
+    def delete(self, kind: str, name: str, namespace: Optional[str] = None, api_version: Optional[str] = None) -> bool:
+        """Deletes an object (background propagation); ``False`` when it did not exist."""
+    def watch(
+        self,
+        kind: str,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        api_version: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Watch:
+        """Watches a kind: iterate the result for ``WatchEvent``s."""
+    def submit(self, job: Any, wait: bool = False, timeout: float = 600.0) -> Resource:
+        """Submits a GryviaAIJob; with ``wait``, returns it once it Succeeded or Failed (check
+        ``status.phase``); raises ``GryviaError`` after ``timeout`` seconds."""
+    def wait_job(self, name: str, namespace: Optional[str] = None, timeout: float = 600.0) -> Resource:
+        """Waits until the GryviaAIJob ``name`` Succeeded or Failed and returns it."""
+    def install_crds(self, timeout: float = 60.0) -> List[str]:
+        """Installs or updates every Gryvia CRD and waits until they are Established."""
+
+class AsyncClient:
+    """The asyncio twin of ``Client``: the same methods, each returning an awaitable
+    (``watch`` returns an async iterator). Configuration and errors as ``Client``."""
+
+    def __init__(
+        self,
+        kubeconfig: Optional[str] = None,
+        context: Optional[str] = None,
+        field_manager: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def namespace(self) -> str:
+        """The namespace of the configuration's context."""
+    def get(self, kind: str, name: str, namespace: Optional[str] = None, api_version: Optional[str] = None) -> Awaitable[Any]:
+        """Reads one object; raises ``NotFoundError`` when it does not exist."""
+    def list(
+        self,
+        kind: str,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        api_version: Optional[str] = None,
+    ) -> Awaitable[List[Any]]:
+        """Lists objects in ``namespace``, or in every namespace without one."""
+    def create(self, obj: Any) -> Awaitable[Any]:
+        """Creates an object; raises ``ConflictError`` when it exists."""
+    def apply(self, obj: Any, force: bool = True, field_manager: Optional[str] = None) -> Awaitable[Any]:
+        """Server-side applies an object."""
+    def delete(
+        self, kind: str, name: str, namespace: Optional[str] = None, api_version: Optional[str] = None
+    ) -> Awaitable[bool]:
+        """Deletes an object; ``False`` when it did not exist."""
+    def watch(
+        self,
+        kind: str,
+        namespace: Optional[str] = None,
+        label_selector: Optional[str] = None,
+        api_version: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Watch:
+        """Watches a kind: ``async for`` over the result for ``WatchEvent``s."""
+    def submit(self, job: Any, wait: bool = False, timeout: float = 600.0) -> Awaitable[Resource]:
+        """Submits a GryviaAIJob; with ``wait``, the result is the finished job."""
+    def wait_job(self, name: str, namespace: Optional[str] = None, timeout: float = 600.0) -> Awaitable[Resource]:
+        """Waits until the GryviaAIJob ``name`` Succeeded or Failed."""
+    def install_crds(self, timeout: float = 60.0) -> Awaitable[List[str]]:
+        """Installs or updates every Gryvia CRD and waits until they are Established."""

@@ -1,0 +1,784 @@
+//! `gryvia.Client` and `gryvia.AsyncClient`: the Kubernetes client of the Python SDK.
+//!
+//! Both are thin layers over `gryvia_client::resources::Resources` (kinds resolved through
+//! discovery, lists decoded straight into JSON, watches that report what changed) and
+//! `gryvia_client::aijob` (submit and wait), running on one shared tokio runtime. The sync
+//! client waits with the GIL released and answers Ctrl-C; the async client hands out asyncio
+//! awaitables (pyo3-async-runtimes). Gryvia objects come back as `Resource` (decoded through
+//! their typed Rust struct); objects of other kinds as plain dicts.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use gryvia_client::resources::{EventType, Resources};
+use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
+use pyo3::prelude::*;
+use serde_json::Value;
+
+use crate::{
+    ApiError, ConflictError, GryviaError, NotFoundError, Resource, ValidationError, to_json, to_py,
+};
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+/// Runs `fut` on the shared runtime and waits for it with the GIL released, checking for
+/// signals (Ctrl-C cancels the request) every 100 ms.
+fn block<T: Send + 'static>(
+    py: Python<'_>,
+    fut: impl Future<Output = PyResult<T>> + Send + 'static,
+) -> PyResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let task = runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let mut rx = rx;
+    loop {
+        let (back, next) = py.detach(move || {
+            let next = rx.recv_timeout(Duration::from_millis(100));
+            (rx, next)
+        });
+        rx = back;
+        match next {
+            Ok(result) => return result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    task.abort();
+                    return Err(e);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(GryviaError::new_err(
+                    "the request's task ended without a result",
+                ));
+            }
+        }
+    }
+}
+
+/// A client error as the Python exception its status calls for.
+fn py_err(e: gryvia_client::Error) -> PyErr {
+    let msg = e.to_string();
+    match (&e, e.status_code()) {
+        (_, Some(404)) => NotFoundError::new_err(msg),
+        (_, Some(409)) => ConflictError::new_err(msg),
+        (gryvia_client::Error::Api { .. }, _) => ApiError::new_err(msg),
+        (gryvia_client::Error::Invalid(_), _) => ValidationError::new_err(msg),
+        _ => GryviaError::new_err(msg),
+    }
+}
+
+/// An object the server returned, as Python data: `Resource` for Gryvia kinds (typed decode),
+/// a dict otherwise.
+fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
+    if value.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION) {
+        let name = value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let value = gryvia_types::crds::typed_value(value)
+            .map_err(|e| GryviaError::new_err(format!("decode {name}: {e}")))?;
+        Ok(Py::new(py, Resource { value })?.into_any())
+    } else {
+        to_py(py, &value)
+    }
+}
+
+/// An object given by the caller (a `Resource` or a dict), checked like the API server checks
+/// it when it is a Gryvia kind.
+fn input(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let value = to_json(obj)?;
+    if value.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION) {
+        crate::validator()?
+            .validate(&value)
+            .map_err(|e| crate::invalid(&e))?;
+    }
+    Ok(value)
+}
+
+fn api_version_of(kind: &str, api_version: Option<&str>) -> PyResult<String> {
+    match api_version {
+        Some(v) => Ok(v.to_owned()),
+        None if gryvia_types::crds::by_kind(kind).is_ok() => {
+            Ok(gryvia_types::API_VERSION.to_owned())
+        }
+        None => Err(ValidationError::new_err(format!(
+            "api_version: required for {kind:?}, which is not a Gryvia kind"
+        ))),
+    }
+}
+
+fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| ValidationError::new_err(format!("{what}: {s} is not a duration in seconds")))
+}
+
+/// What both clients share.
+struct Inner {
+    resources: Resources,
+    field_manager: String,
+}
+
+type Shared = Arc<Inner>;
+
+fn connect(
+    py: Python<'_>,
+    kubeconfig: Option<String>,
+    context: Option<String>,
+    field_manager: Option<String>,
+) -> PyResult<Shared> {
+    let client = block(py, async move {
+        gryvia_client::connect_with(
+            kubeconfig.as_deref().map(std::path::Path::new),
+            context.as_deref(),
+        )
+        .await
+        .map_err(py_err)
+    })?;
+    Ok(Arc::new(Inner {
+        resources: Resources::new(client),
+        field_manager: field_manager
+            .unwrap_or_else(|| gryvia_client::resources::FIELD_MANAGER.to_owned()),
+    }))
+}
+
+// The operations, as futures both clients run.
+
+async fn op_get(
+    s: Shared,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+) -> PyResult<Py<PyAny>> {
+    let v = s
+        .resources
+        .get(&api_version, &kind, namespace.as_deref(), &name)
+        .await
+        .map_err(py_err)?;
+    Python::attach(|py| output(py, v))
+}
+
+async fn op_list(
+    s: Shared,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+) -> PyResult<Py<PyAny>> {
+    let items = s
+        .resources
+        .list(
+            &api_version,
+            &kind,
+            namespace.as_deref(),
+            label_selector.as_deref(),
+        )
+        .await
+        .map_err(py_err)?;
+    Python::attach(|py| {
+        let list = pyo3::types::PyList::empty(py);
+        for item in items {
+            list.append(output(py, item)?)?;
+        }
+        Ok(list.into_any().unbind())
+    })
+}
+
+async fn op_create(s: Shared, obj: Value) -> PyResult<Py<PyAny>> {
+    let v = s.resources.create(&obj).await.map_err(py_err)?;
+    Python::attach(|py| output(py, v))
+}
+
+async fn op_apply(
+    s: Shared,
+    obj: Value,
+    field_manager: Option<String>,
+    force: bool,
+) -> PyResult<Py<PyAny>> {
+    let manager = field_manager.unwrap_or_else(|| s.field_manager.clone());
+    let v = s
+        .resources
+        .apply(&obj, &manager, force)
+        .await
+        .map_err(py_err)?;
+    Python::attach(|py| output(py, v))
+}
+
+async fn op_delete(
+    s: Shared,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+) -> PyResult<bool> {
+    s.resources
+        .delete(&api_version, &kind, namespace.as_deref(), &name)
+        .await
+        .map_err(py_err)
+}
+
+async fn op_wait_job(
+    s: Shared,
+    namespace: Option<String>,
+    name: String,
+    timeout: Duration,
+) -> PyResult<Py<PyAny>> {
+    let ns = namespace.unwrap_or_else(|| s.resources.default_namespace().to_owned());
+    let job =
+        gryvia_client::aijob::wait_finished(s.resources.client(), &ns, &name, timeout, |_| {})
+            .await
+            .map_err(py_err)?;
+    let v = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
+    Python::attach(|py| output(py, v))
+}
+
+async fn op_submit(s: Shared, job: Value, wait: bool, timeout: Duration) -> PyResult<Py<PyAny>> {
+    let mut job: gryvia_types::GryviaAIJob =
+        serde_json::from_value(job).map_err(|e| ValidationError::new_err(format!("job: {e}")))?;
+    if job.metadata.namespace.is_none() {
+        job.metadata.namespace = Some(s.resources.default_namespace().to_owned());
+    }
+    let created = gryvia_client::aijob::submit(s.resources.client(), &job)
+        .await
+        .map_err(py_err)?;
+    if wait {
+        return op_wait_job(
+            s,
+            created.metadata.namespace.clone(),
+            created.metadata.name.clone().unwrap_or_default(),
+            timeout,
+        )
+        .await;
+    }
+    let v = serde_json::to_value(&created).map_err(|e| GryviaError::new_err(e.to_string()))?;
+    Python::attach(|py| output(py, v))
+}
+
+async fn op_install_crds(s: Shared, timeout: Duration) -> PyResult<Vec<String>> {
+    gryvia_client::crds::install(s.resources.client(), timeout)
+        .await
+        .map_err(py_err)
+}
+
+fn submitted_job(job: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let value = input(job)?;
+    match value.get("kind").and_then(Value::as_str) {
+        Some("GryviaAIJob") => Ok(value),
+        other => Err(ValidationError::new_err(format!(
+            "kind: submit takes a GryviaAIJob, not {other:?}"
+        ))),
+    }
+}
+
+/// One change seen by a watch.
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct WatchEvent {
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    #[pyo3(get, name = "type")]
+    kind: String,
+    /// The object (a `Resource` for Gryvia kinds, a dict otherwise).
+    #[pyo3(get)]
+    object: Py<PyAny>,
+}
+
+#[pymethods]
+impl WatchEvent {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "WatchEvent({}, {})",
+            self.kind,
+            self.object.bind(py).repr()?
+        ))
+    }
+}
+
+type EventStream = BoxStream<'static, gryvia_client::Result<(EventType, Value)>>;
+
+/// A watch of one kind: iterate it (`for e in w`) with `Client`, or `async for e in w` with
+/// `AsyncClient`. It starts on the first event asked for, yields the current objects as
+/// `ADDED`, then every change, and reconnects by itself; with a `timeout` it ends that many
+/// seconds after it was made.
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct Watch {
+    shared: Shared,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+    deadline: Option<tokio::time::Instant>,
+    stream: Arc<tokio::sync::Mutex<Option<EventStream>>>,
+}
+
+impl Watch {
+    /// The next event; `None` when the timeout has passed.
+    fn next_event(&self) -> impl Future<Output = PyResult<Option<Py<PyAny>>>> + Send + 'static {
+        let shared = self.shared.clone();
+        let (api_version, kind) = (self.api_version.clone(), self.kind.clone());
+        let (namespace, selector) = (self.namespace.clone(), self.label_selector.clone());
+        let deadline = self.deadline;
+        let stream = self.stream.clone();
+        async move {
+            let mut guard = stream.lock().await;
+            if guard.is_none() {
+                let s = shared
+                    .resources
+                    .watch(
+                        &api_version,
+                        &kind,
+                        namespace.as_deref(),
+                        selector.as_deref(),
+                    )
+                    .await
+                    .map_err(py_err)?;
+                *guard = Some(s.boxed());
+            }
+            let Some(s) = guard.as_mut() else {
+                return Ok(None);
+            };
+            let next = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, s.next()).await {
+                    Ok(n) => n,
+                    Err(_) => return Ok(None),
+                },
+                None => s.next().await,
+            };
+            match next {
+                None => Ok(None),
+                Some(Err(e)) => Err(py_err(e)),
+                Some(Ok((t, v))) => Python::attach(|py| {
+                    let event = WatchEvent {
+                        kind: t.as_str().to_owned(),
+                        object: output(py, v)?,
+                    };
+                    Ok(Some(Py::new(py, event)?.into_any()))
+                }),
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Watch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        block(py, self.next_event())?.ok_or_else(|| PyStopIteration::new_err(()))
+    }
+
+    fn __aiter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let next = self.next_event();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            next.await?.ok_or_else(|| PyStopAsyncIteration::new_err(()))
+        })
+    }
+}
+
+fn make_watch(
+    shared: &Shared,
+    kind: &str,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+    api_version: Option<&str>,
+    timeout: Option<f64>,
+) -> PyResult<Watch> {
+    let deadline = match timeout {
+        Some(t) => Some(tokio::time::Instant::now() + seconds("timeout", t)?),
+        None => None,
+    };
+    Ok(Watch {
+        shared: shared.clone(),
+        api_version: api_version_of(kind, api_version)?,
+        kind: kind.to_owned(),
+        namespace,
+        label_selector,
+        deadline,
+        stream: Arc::new(tokio::sync::Mutex::new(None)),
+    })
+}
+
+/// A Kubernetes client with blocking methods.
+///
+/// `Client()` finds its configuration as kubectl does (in-cluster, `KUBECONFIG`,
+/// `~/.kube/config`); `kubeconfig` and `context` choose explicitly. Kinds are Gryvia kinds
+/// unless `api_version` names another group (`"v1"` for Namespace, `"batch/v1"` for Job).
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct Client {
+    shared: Shared,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (kubeconfig=None, context=None, field_manager=None))]
+    fn new(
+        py: Python<'_>,
+        kubeconfig: Option<String>,
+        context: Option<String>,
+        field_manager: Option<String>,
+    ) -> PyResult<Self> {
+        Ok(Client {
+            shared: connect(py, kubeconfig, context, field_manager)?,
+        })
+    }
+
+    /// The namespace of the configuration's context (`default` when it names none).
+    #[getter]
+    fn namespace(&self) -> String {
+        self.shared.resources.default_namespace().to_owned()
+    }
+
+    /// Reads one object; raises `NotFoundError` when it does not exist.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        name: &str,
+        namespace: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let av = api_version_of(kind, api_version)?;
+        block(
+            py,
+            op_get(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                name.to_owned(),
+            ),
+        )
+    }
+
+    /// Lists objects in `namespace`, or in every namespace without one.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None))]
+    fn list(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let av = api_version_of(kind, api_version)?;
+        block(
+            py,
+            op_list(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                label_selector,
+            ),
+        )
+    }
+
+    /// Creates an object (a `Resource` or a dict); raises `ConflictError` when it exists.
+    fn create(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let value = input(obj)?;
+        block(py, op_create(self.shared.clone(), value))
+    }
+
+    /// Server-side applies an object; `force` takes fields over from other managers.
+    #[pyo3(signature = (obj, force=true, field_manager=None))]
+    fn apply(
+        &self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        force: bool,
+        field_manager: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let value = input(obj)?;
+        block(
+            py,
+            op_apply(self.shared.clone(), value, field_manager, force),
+        )
+    }
+
+    /// Deletes an object; `False` when it did not exist.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    fn delete(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        name: &str,
+        namespace: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<bool> {
+        let av = api_version_of(kind, api_version)?;
+        block(
+            py,
+            op_delete(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                name.to_owned(),
+            ),
+        )
+    }
+
+    /// Watches a kind: an iterator of `WatchEvent`s (ends after `timeout` seconds if given).
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None))]
+    fn watch(
+        &self,
+        kind: &str,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        api_version: Option<&str>,
+        timeout: Option<f64>,
+    ) -> PyResult<Watch> {
+        make_watch(
+            &self.shared,
+            kind,
+            namespace,
+            label_selector,
+            api_version,
+            timeout,
+        )
+    }
+
+    /// Submits a GryviaAIJob; with `wait`, returns it once it Succeeded or Failed (raises
+    /// `GryviaError` after `timeout` seconds).
+    #[pyo3(signature = (job, wait=false, timeout=600.0))]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        job: &Bound<'_, PyAny>,
+        wait: bool,
+        timeout: f64,
+    ) -> PyResult<Py<PyAny>> {
+        let value = submitted_job(job)?;
+        let timeout = seconds("timeout", timeout)?;
+        block(py, op_submit(self.shared.clone(), value, wait, timeout))
+    }
+
+    /// Waits until the GryviaAIJob `name` Succeeded or Failed and returns it.
+    #[pyo3(signature = (name, namespace=None, timeout=600.0))]
+    fn wait_job(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        namespace: Option<String>,
+        timeout: f64,
+    ) -> PyResult<Py<PyAny>> {
+        let timeout = seconds("timeout", timeout)?;
+        block(
+            py,
+            op_wait_job(self.shared.clone(), namespace, name.to_owned(), timeout),
+        )
+    }
+
+    /// Installs or updates every Gryvia CRD and waits until they are Established; returns
+    /// their names.
+    #[pyo3(signature = (timeout=60.0))]
+    fn install_crds(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
+        let timeout = seconds("timeout", timeout)?;
+        block(py, op_install_crds(self.shared.clone(), timeout))
+    }
+}
+
+/// A Kubernetes client with asyncio methods: the methods of `Client`, each returning an
+/// awaitable; `watch` returns an async iterator.
+#[pyclass(module = "gryvia._gryvia", frozen)]
+pub struct AsyncClient {
+    shared: Shared,
+}
+
+#[pymethods]
+impl AsyncClient {
+    #[new]
+    #[pyo3(signature = (kubeconfig=None, context=None, field_manager=None))]
+    fn new(
+        py: Python<'_>,
+        kubeconfig: Option<String>,
+        context: Option<String>,
+        field_manager: Option<String>,
+    ) -> PyResult<Self> {
+        Ok(AsyncClient {
+            shared: connect(py, kubeconfig, context, field_manager)?,
+        })
+    }
+
+    /// The namespace of the configuration's context (`default` when it names none).
+    #[getter]
+    fn namespace(&self) -> String {
+        self.shared.resources.default_namespace().to_owned()
+    }
+
+    /// Reads one object; raises `NotFoundError` when it does not exist.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        name: &str,
+        namespace: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let av = api_version_of(kind, api_version)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_get(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                name.to_owned(),
+            ),
+        )
+    }
+
+    /// Lists objects in `namespace`, or in every namespace without one.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let av = api_version_of(kind, api_version)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_list(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                label_selector,
+            ),
+        )
+    }
+
+    /// Creates an object (a `Resource` or a dict); raises `ConflictError` when it exists.
+    fn create<'py>(&self, py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let value = input(obj)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, op_create(self.shared.clone(), value))
+    }
+
+    /// Server-side applies an object; `force` takes fields over from other managers.
+    #[pyo3(signature = (obj, force=true, field_manager=None))]
+    fn apply<'py>(
+        &self,
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
+        force: bool,
+        field_manager: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = input(obj)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_apply(self.shared.clone(), value, field_manager, force),
+        )
+    }
+
+    /// Deletes an object; `False` when it did not exist.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    fn delete<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        name: &str,
+        namespace: Option<String>,
+        api_version: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let av = api_version_of(kind, api_version)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_delete(
+                self.shared.clone(),
+                av,
+                kind.to_owned(),
+                namespace,
+                name.to_owned(),
+            ),
+        )
+    }
+
+    /// Watches a kind: an async iterator of `WatchEvent`s (ends after `timeout` seconds if
+    /// given).
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None))]
+    fn watch(
+        &self,
+        kind: &str,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        api_version: Option<&str>,
+        timeout: Option<f64>,
+    ) -> PyResult<Watch> {
+        make_watch(
+            &self.shared,
+            kind,
+            namespace,
+            label_selector,
+            api_version,
+            timeout,
+        )
+    }
+
+    /// Submits a GryviaAIJob; with `wait`, the result is the job once it Succeeded or Failed.
+    #[pyo3(signature = (job, wait=false, timeout=600.0))]
+    fn submit<'py>(
+        &self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+        wait: bool,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = submitted_job(job)?;
+        let timeout = seconds("timeout", timeout)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_submit(self.shared.clone(), value, wait, timeout),
+        )
+    }
+
+    /// Waits until the GryviaAIJob `name` Succeeded or Failed; the result is the job.
+    #[pyo3(signature = (name, namespace=None, timeout=600.0))]
+    fn wait_job<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        namespace: Option<String>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = seconds("timeout", timeout)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_wait_job(self.shared.clone(), namespace, name.to_owned(), timeout),
+        )
+    }
+
+    /// Installs or updates every Gryvia CRD and waits until they are Established.
+    #[pyo3(signature = (timeout=60.0))]
+    fn install_crds<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = seconds("timeout", timeout)?;
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            op_install_crds(self.shared.clone(), timeout),
+        )
+    }
+}
+
+/// Registers the client classes.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<AsyncClient>()?;
+    m.add_class::<Watch>()?;
+    m.add_class::<WatchEvent>()?;
+    Ok(())
+}
