@@ -253,9 +253,37 @@ impl Resources {
         to_value(obj, &k.resource)
     }
 
-    /// Lists objects, in one namespace or (without one) in all of them.
+    /// The JSON body of a list request, in one namespace or (without one) in all of them:
+    /// for callers that decode it themselves (`gryvia_types::crds::typed_list`).
     ///
-    /// The response body is decoded straight into JSON values, one per item, with
+    /// # Errors
+    /// [`Error::Api`] when the list fails, or a discovery error.
+    pub async fn list_body(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<(String, Kind)> {
+        let k = self.kind(api_version, kind).await?;
+        let ns = if k.namespaced { namespace } else { None };
+        let url = <DynamicObject as kube::Resource>::url_path(&k.resource, ns);
+        let mut lp = ListParams::default();
+        if let Some(sel) = label_selector {
+            lp = lp.labels(sel);
+        }
+        let request = kube::core::Request::new(url)
+            .list(&lp)
+            .map_err(|e| Error::Invalid(format!("list {kind}: {e}")))?;
+        let body = self
+            .client
+            .request_text(request)
+            .await
+            .map_err(api_err(format!("list {kind}")))?;
+        Ok((body, k))
+    }
+
+    /// Lists objects, in one namespace or (without one) in all of them, as JSON values with
     /// `apiVersion` and `kind` filled in where the list omits them.
     ///
     /// # Errors
@@ -267,21 +295,13 @@ impl Resources {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<Value>> {
-        let k = self.kind(api_version, kind).await?;
-        let ns = if k.namespaced { namespace } else { None };
-        let url = <DynamicObject as kube::Resource>::url_path(&k.resource, ns);
-        let mut lp = ListParams::default();
-        if let Some(sel) = label_selector {
-            lp = lp.labels(sel);
-        }
-        let request = kube::core::Request::new(url)
-            .list(&lp)
-            .map_err(|e| Error::Invalid(format!("list {kind}: {e}")))?;
-        let list: RawList = self
-            .client
-            .request(request)
-            .await
-            .map_err(api_err(format!("list {kind}")))?;
+        let (body, k) = self
+            .list_body(api_version, kind, namespace, label_selector)
+            .await?;
+        let list: RawList = serde_json::from_str(&body).map_err(|source| Error::Serialize {
+            what: format!("list of {kind}"),
+            source,
+        })?;
         Ok(list
             .items
             .into_iter()

@@ -62,7 +62,14 @@ fn block<T: Send + 'static>(
 
 /// A client error as the Python exception its status calls for.
 fn py_err(e: gryvia_client::Error) -> PyErr {
-    let msg = e.to_string();
+    let msg = match &e {
+        // One line: what was done, the server's message, its reason and code.
+        gryvia_client::Error::Api {
+            operation,
+            source: kube::Error::Api(s),
+        } => format!("{operation}: {} ({} {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    };
     match (&e, e.status_code()) {
         (_, Some(404)) => NotFoundError::new_err(msg),
         (_, Some(409)) => ConflictError::new_err(msg),
@@ -171,20 +178,33 @@ async fn op_list(
     namespace: Option<String>,
     label_selector: Option<String>,
 ) -> PyResult<Py<PyAny>> {
+    let (ns, sel) = (namespace.as_deref(), label_selector.as_deref());
+    if api_version == gryvia_types::API_VERSION {
+        // Gryvia kinds: the body straight into the typed structs (what decode_list does).
+        let (body, _) = s
+            .resources
+            .list_body(&api_version, &kind, ns, sel)
+            .await
+            .map_err(py_err)?;
+        let items = gryvia_types::crds::typed_list(body.as_bytes())
+            .map_err(|e| GryviaError::new_err(format!("decode the list of {kind}: {e}")))?;
+        return Python::attach(|py| {
+            let list = pyo3::types::PyList::empty(py);
+            for value in items {
+                list.append(Py::new(py, Resource { value })?)?;
+            }
+            Ok(list.into_any().unbind())
+        });
+    }
     let items = s
         .resources
-        .list(
-            &api_version,
-            &kind,
-            namespace.as_deref(),
-            label_selector.as_deref(),
-        )
+        .list(&api_version, &kind, ns, sel)
         .await
         .map_err(py_err)?;
     Python::attach(|py| {
         let list = pyo3::types::PyList::empty(py);
         for item in items {
-            list.append(output(py, item)?)?;
+            list.append(to_py(py, &item)?)?;
         }
         Ok(list.into_any().unbind())
     })

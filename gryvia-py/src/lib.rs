@@ -550,43 +550,21 @@ fn next_cron(schedule: &str, after: &str) -> PyResult<String> {
         .ok_or_else(|| ValidationError::new_err("schedule: never fires"))
 }
 
-/// Decodes the JSON body of a list response (`{"items": [...]}`) of Gryvia objects into
-/// `Resource`s, each through its typed Rust struct: the decode `Client.list` does. Items
-/// without `apiVersion`/`kind` take those of the list (`GryviaAIJobList` -> `GryviaAIJob`).
+/// Decodes the JSON body of a list response (`{"kind": "GryviaAIJobList", "items": [...]}`)
+/// into `Resource`s, each through its typed Rust struct (`gryvia_types::crds::typed_list`).
 #[pyfunction]
-fn decode_list(data: &Bound<'_, PyAny>) -> PyResult<Vec<Resource>> {
-    #[derive(serde::Deserialize)]
-    struct List {
-        #[serde(default)]
-        kind: Option<String>,
-        #[serde(default)]
-        items: Vec<Value>,
-    }
-    let list: List = if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
-        serde_json::from_slice(b.as_bytes())
+fn decode_list(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Resource>> {
+    let bytes: Vec<u8>;
+    let body: &[u8] = if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
+        b.as_bytes()
     } else {
-        serde_json::from_str(&data.cast::<PyString>()?.to_cow()?)
-    }
-    .map_err(|e| ValidationError::new_err(format!("list: {e}")))?;
-    let item_kind = list
-        .kind
-        .as_deref()
-        .and_then(|k| k.strip_suffix("List"))
-        .map(str::to_owned);
-    list.items
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut item)| {
-            if let (Value::Object(m), Some(k)) = (&mut item, &item_kind) {
-                m.entry("apiVersion")
-                    .or_insert_with(|| Value::String(gryvia_types::API_VERSION.to_owned()));
-                m.entry("kind").or_insert_with(|| Value::String(k.clone()));
-            }
-            gryvia_types::crds::typed_value(item)
-                .map(|value| Resource { value })
-                .map_err(|e| ValidationError::new_err(format!("items[{i}]: {e}")))
-        })
-        .collect()
+        bytes = data.cast::<PyString>()?.to_cow()?.into_owned().into_bytes();
+        &bytes
+    };
+    let items = py
+        .detach(|| gryvia_types::crds::typed_list(body))
+        .map_err(|e| ValidationError::new_err(format!("list: {e}")))?;
+    Ok(items.into_iter().map(|value| Resource { value }).collect())
 }
 
 fn world<W: serde::de::DeserializeOwned + Default>(w: Option<&Bound<'_, PyAny>>) -> PyResult<W> {

@@ -25,8 +25,10 @@ def test_create_get_list_apply_delete(client, namespace):
 
     got = client.get("GryviaAIJob", "crud", namespace)
     assert got.name == "crud" and got.namespace == namespace
-    with pytest.raises(gryvia.ConflictError):
+    with pytest.raises(gryvia.ConflictError) as e:
         client.create(job("crud", namespace))
+    assert str(e.value) == (f"create GryviaAIJob crud: gryviaaijobs.gryvia.io \"crud\" already exists "
+                            "(AlreadyExists 409)")
 
     assert [j.name for j in client.list("GryviaAIJob", namespace)] == ["crud"]
     everywhere = client.list("GryviaAIJob")

@@ -98,6 +98,21 @@ pub fn all_yaml() -> Result<String> {
     Ok(out)
 }
 
+/// `value` as a `T`; an error names the field's path after `prefix`.
+fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value, prefix: &str) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        Error::Decode {
+            path: match (prefix.is_empty(), path.as_str()) {
+                (true, _) => path.clone(),
+                (false, ".") => prefix.to_owned(),
+                (false, _) => format!("{prefix}.{path}"),
+            },
+            reason: e.into_inner().to_string(),
+        }
+    })
+}
+
 /// Decodes `value` through the typed struct of its `kind` and writes it back: the object as
 /// Gryvia's own types see it (defaults filled in, fields the types do not know dropped). This
 /// is the typed decode of objects that come from the API server (already validated there) and
@@ -110,9 +125,7 @@ pub fn typed_value(value: serde_json::Value) -> Result<serde_json::Value> {
     macro_rules! by_kind {
         ($kind:expr, $value:expr; $($t:ident),* $(,)?) => {
             match $kind {
-                $(stringify!($t) => Ok(serde_json::to_value(
-                    serde_json::from_value::<crate::$t>($value)?,
-                )?),)*
+                $(stringify!($t) => Ok(serde_json::to_value(decode::<crate::$t>($value, "")?)?),)*
                 other => Err(Error::UnknownKind(other.to_owned())),
             }
         };
@@ -130,6 +143,101 @@ pub fn typed_value(value: serde_json::Value) -> Result<serde_json::Value> {
         GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
         GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
         GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+}
+
+/// Decodes the JSON body of a list response (`{"kind": "GryviaAIJobList", "items": [...]}`)
+/// straight into the typed structs of its kind and writes each item back as a value, as
+/// [`typed_value`] does for one object. Item `i` that does not fit names itself
+/// (`items[i]...` in the serde path).
+///
+/// # Errors
+/// [`Error::UnknownKind`] when the list's kind is missing or not a list of a Gryvia kind;
+/// [`Error::Json`] when the body is not JSON or an item does not fit its type.
+pub fn typed_list(body: &[u8]) -> Result<Vec<serde_json::Value>> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        #[serde(default)]
+        kind: String,
+    }
+    fn fast<T: serde::de::DeserializeOwned + serde::Serialize>(
+        body: &[u8],
+        kind: &str,
+    ) -> Result<Vec<serde_json::Value>> {
+        #[derive(serde::Deserialize)]
+        struct List<T> {
+            #[serde(default = "Vec::new")]
+            items: Vec<T>,
+        }
+        let list: List<T> = serde_json::from_slice(body)?;
+        list.items
+            .iter()
+            .map(|item| {
+                let mut v = serde_json::to_value(item)?;
+                if let serde_json::Value::Object(m) = &mut v {
+                    // kube's derived types write apiVersion and kind themselves; this keeps
+                    // them whatever the list carried.
+                    m.entry("apiVersion")
+                        .or_insert_with(|| crate::API_VERSION.into());
+                    m.entry("kind").or_insert_with(|| kind.into());
+                }
+                Ok(v)
+            })
+            .collect()
+    }
+    macro_rules! by_kind {
+        ($kind:expr; $($t:ident),* $(,)?) => {
+            match $kind {
+                $(stringify!($t) => fast::<crate::$t>(body, stringify!($t)),)*
+                other => Err(Error::UnknownKind(other.to_owned())),
+            }
+        };
+    }
+    let peek: Peek = serde_json::from_slice(body)?;
+    let kind = peek.kind.strip_suffix("List").unwrap_or_default();
+    let fast: Result<Vec<serde_json::Value>> = by_kind!(kind;
+        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
+        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
+        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
+        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
+        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
+        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
+        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace);
+    match fast {
+        Err(Error::Json(_)) => Err(locate(body, kind)),
+        other => other,
+    }
+}
+
+/// The error of the first item of a list body that does not fit `kind`, naming its index and
+/// field (the slow path, taken only when the typed decode failed).
+fn locate(body: &[u8], kind: &str) -> Error {
+    #[derive(serde::Deserialize)]
+    struct List {
+        #[serde(default)]
+        items: Vec<serde_json::Value>,
+    }
+    let list: List = match serde_json::from_slice(body) {
+        Ok(l) => l,
+        Err(e) => return Error::Json(e),
+    };
+    for (i, mut item) in list.items.into_iter().enumerate() {
+        if let serde_json::Value::Object(m) = &mut item {
+            m.entry("kind").or_insert_with(|| kind.into());
+        }
+        if let Err(e) = typed_value(item) {
+            return match e {
+                Error::Decode { path, reason } => Error::Decode {
+                    path: format!("items[{i}].{path}"),
+                    reason,
+                },
+                other => other,
+            };
+        }
+    }
+    Error::Decode {
+        path: "items".to_owned(),
+        reason: "an item does not fit its type".to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -188,7 +296,7 @@ mod tests {
                 "metadata": {"name": "x"}, "spec": {}});
             // Every kind decodes or names the field it misses; none is unknown.
             if let Err(e) = typed_value(v) {
-                assert!(matches!(e, Error::Json(_)), "{kind}: {e}");
+                assert!(matches!(e, Error::Decode { .. }), "{kind}: {e}");
             }
         }
         let job = serde_json::json!({"apiVersion": crate::API_VERSION, "kind": "GryviaAIJob",
@@ -198,5 +306,31 @@ mod tests {
         assert!(out.get("extra").is_none());
         let err = typed_value(serde_json::json!({"kind": "Pod"})).unwrap_err();
         assert!(matches!(err, Error::UnknownKind(k) if k == "Pod"));
+    }
+
+    #[test]
+    fn typed_list_decodes_items_of_the_list_kind() {
+        let body = serde_json::json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJobList",
+            "metadata": {}, "items": [
+                {"metadata": {"name": "a"}, "spec": {"image": "i", "gpus": 1}},
+                {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+                 "metadata": {"name": "b"}, "spec": {"image": "i", "gpus": 2}}]});
+        let items = typed_list(body.to_string().as_bytes()).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["kind"], "GryviaAIJob");
+        assert_eq!(items[0]["spec"]["retryLimit"], 3);
+        assert_eq!(items[1]["metadata"]["name"], "b");
+        let bad = serde_json::json!({"kind": "GryviaAIJobList", "items": [{"metadata": {}, "spec": {"gpus": "x"}}]});
+        let err = typed_list(bad.to_string().as_bytes()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("items[0].spec.gpus: invalid type"),
+            "{err}"
+        );
+        let pods = serde_json::json!({"kind": "PodList", "items": []});
+        assert!(matches!(
+            typed_list(pods.to_string().as_bytes()),
+            Err(Error::UnknownKind(_))
+        ));
     }
 }

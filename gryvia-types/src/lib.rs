@@ -71,6 +71,14 @@ pub enum Error {
         /// Why it failed.
         reason: &'static str,
     },
+    /// An object does not fit its type.
+    #[error("{path}: {reason}")]
+    Decode {
+        /// Where: `spec.gpus`, `items[3].spec.gpus`.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The kind is not a Gryvia kind.
     #[error("unknown kind {0:?}: not a gryvia.io/v1alpha1 kind")]
     UnknownKind(String),
