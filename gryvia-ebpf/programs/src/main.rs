@@ -1,0 +1,353 @@
+//! Gryvia's eBPF programs. One object, loaded and attached by `gryvia_ebpf::Collector`:
+//!
+//! - `cgroup_ingress` / `cgroup_egress` (cgroup_skb, attached at the cgroup v2 root): packets,
+//!   `skb->len` bytes and transport payload per cgroup (so per pod) and per flow (5-tuple from
+//!   the local socket's side, with the socket's cgroup id to join it to a pod).
+//! - `tcp_state` (tracepoint `sock/inet_sock_set_state`): connection lifecycle per flow.
+//! - `tcp_retransmit` (tracepoint `tcp/tcp_retransmit_skb`): retransmitted segments per flow.
+//! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow.
+//! - `iface_count` (XDP): frames and bytes per receiving interface.
+//!
+//! Tracepoint field offsets come from the `CONFIG` map (the loader reads them from tracefs),
+//! never compiled in. Counters are per-CPU maps with plain adds (no lost updates, no atomics).
+
+#![no_std]
+#![no_main]
+
+use aya_ebpf::bindings::xdp_action;
+use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_skb_cgroup_id};
+use aya_ebpf::macros::{cgroup_skb, map, tracepoint, xdp};
+use aya_ebpf::maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuHashMap};
+use aya_ebpf::programs::{SkBuffContext, TracePointContext, XdpContext};
+use gryvia_ebpf_common::{
+    AF_INET, AF_INET6, FlowKey, FlowTraffic, IPPROTO_TCP, IPPROTO_UDP, MAX_CGROUPS, MAX_FLOWS,
+    MAX_INTERFACES, Rtt, TCP_CLOSE, TCP_ESTABLISHED, TCP_STATES, TcpEvents, Traffic, config,
+};
+
+/// Tracepoint field offsets (see `gryvia_ebpf_common::config`).
+#[map]
+static CONFIG: Array<u32> = Array::with_max_entries(config::LEN, 0);
+/// Traffic per cgroup id.
+#[map]
+static CGROUP_TRAFFIC: PerCpuHashMap<u64, Traffic> =
+    PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
+/// Traffic per flow.
+#[map]
+static FLOW_TRAFFIC: LruPerCpuHashMap<FlowKey, FlowTraffic> =
+    LruPerCpuHashMap::with_max_entries(MAX_FLOWS, 0);
+/// TCP events per flow.
+#[map]
+static TCP_EVENTS: LruPerCpuHashMap<FlowKey, TcpEvents> =
+    LruPerCpuHashMap::with_max_entries(MAX_FLOWS, 0);
+/// Latest smoothed RTT per flow.
+#[map]
+static TCP_RTT: LruHashMap<FlowKey, Rtt> = LruHashMap::with_max_entries(MAX_FLOWS, 0);
+/// Frames per receiving interface index.
+#[map]
+static IFACE_TRAFFIC: PerCpuHashMap<u32, Traffic> =
+    PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
+
+#[inline(always)]
+fn offset(slot: u32) -> usize {
+    CONFIG.get(slot).copied().unwrap_or(0) as usize
+}
+
+// ----------------------------------------------------------------------------- cgroup_skb
+
+#[cgroup_skb]
+pub fn cgroup_ingress(ctx: SkBuffContext) -> i32 {
+    count_skb(&ctx, false);
+    1 // allow: this program only counts
+}
+
+#[cgroup_skb]
+pub fn cgroup_egress(ctx: SkBuffContext) -> i32 {
+    count_skb(&ctx, true);
+    1
+}
+
+/// What the IP and transport headers say: the flow key from the local side, and the header
+/// length before the payload.
+#[inline(always)]
+fn parse(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
+    let vihl: u8 = ctx.load(0).ok()?;
+    let (protocol, l4, mut key) = match vihl >> 4 {
+        4 => {
+            let ihl = ((vihl & 0x0f) as usize) * 4;
+            let protocol: u8 = ctx.load(9).ok()?;
+            let src: [u8; 4] = ctx.load(12).ok()?;
+            let dst: [u8; 4] = ctx.load(16).ok()?;
+            let (l, r) = if egress { (src, dst) } else { (dst, src) };
+            (protocol, ihl, FlowKey::v4(protocol, l, 0, r, 0))
+        }
+        6 => {
+            let protocol: u8 = ctx.load(6).ok()?;
+            let src: [u8; 16] = ctx.load(8).ok()?;
+            let dst: [u8; 16] = ctx.load(24).ok()?;
+            let (l, r) = if egress { (src, dst) } else { (dst, src) };
+            (protocol, 40, FlowKey::v6(protocol, l, 0, r, 0))
+        }
+        _ => return None,
+    };
+    let header = match protocol {
+        IPPROTO_TCP => {
+            let doff: u8 = ctx.load(l4 + 12).ok()?;
+            l4 + ((doff >> 4) as usize) * 4
+        }
+        IPPROTO_UDP => l4 + 8,
+        _ => return Some((key, l4 as u64)),
+    };
+    let sport = u16::from_be(ctx.load::<u16>(l4).ok()?);
+    let dport = u16::from_be(ctx.load::<u16>(l4 + 2).ok()?);
+    (key.local_port, key.remote_port) = if egress {
+        (sport, dport)
+    } else {
+        (dport, sport)
+    };
+    Some((key, header as u64))
+}
+
+#[inline(always)]
+fn count_skb(ctx: &SkBuffContext, egress: bool) {
+    let len = ctx.len() as u64;
+    let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
+    let parsed = parse(ctx, egress);
+    let payload = match parsed {
+        Some((_, header)) if len > header => len - header,
+        _ => 0,
+    };
+    let mut t = Traffic::default();
+    if egress {
+        t.tx_packets = 1;
+        t.tx_bytes = len;
+        t.tx_payload = payload;
+    } else {
+        t.rx_packets = 1;
+        t.rx_bytes = len;
+        t.rx_payload = payload;
+    }
+    match CGROUP_TRAFFIC.get_ptr_mut(cgroup) {
+        Some(p) => unsafe { (*p).add(&t) },
+        None => {
+            let _ = CGROUP_TRAFFIC.insert(cgroup, t, 0);
+        }
+    }
+    let Some((key, _)) = parsed else { return };
+    if key.protocol != IPPROTO_TCP && key.protocol != IPPROTO_UDP {
+        return;
+    }
+    match FLOW_TRAFFIC.get_ptr_mut(key) {
+        Some(p) => unsafe {
+            (*p).traffic.add(&t);
+            (*p).cgroup_id = cgroup;
+        },
+        None => {
+            let _ = FLOW_TRAFFIC.insert(
+                key,
+                FlowTraffic {
+                    traffic: t,
+                    cgroup_id: cgroup,
+                },
+                0,
+            );
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------- tracepoints
+
+/// The flow key of a TCP socket from a tracepoint's fields.
+#[inline(always)]
+fn tracepoint_key(
+    ctx: &TracePointContext,
+    family_slot: u32,
+    sport_slot: u32,
+    dport_slot: u32,
+    saddr_slot: u32,
+    daddr_slot: u32,
+    saddr6_slot: u32,
+    daddr6_slot: u32,
+) -> Option<FlowKey> {
+    let family: u16 = unsafe { ctx.read_at(offset(family_slot)) }.ok()?;
+    let sport: u16 = unsafe { ctx.read_at(offset(sport_slot)) }.ok()?;
+    let dport: u16 = unsafe { ctx.read_at(offset(dport_slot)) }.ok()?;
+    match family {
+        AF_INET => {
+            let s: [u8; 4] = unsafe { ctx.read_at(offset(saddr_slot)) }.ok()?;
+            let d: [u8; 4] = unsafe { ctx.read_at(offset(daddr_slot)) }.ok()?;
+            Some(FlowKey::v4(IPPROTO_TCP, s, sport, d, dport))
+        }
+        AF_INET6 => {
+            let s: [u8; 16] = unsafe { ctx.read_at(offset(saddr6_slot)) }.ok()?;
+            let d: [u8; 16] = unsafe { ctx.read_at(offset(daddr6_slot)) }.ok()?;
+            Some(FlowKey::v6(IPPROTO_TCP, s, sport, d, dport))
+        }
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn add_events(key: &FlowKey, e: &TcpEvents) {
+    match TCP_EVENTS.get_ptr_mut(key) {
+        Some(p) => unsafe { (*p).add(e) },
+        None => {
+            let _ = TCP_EVENTS.insert(key, e, 0);
+        }
+    }
+}
+
+#[tracepoint]
+pub fn tcp_state(ctx: TracePointContext) -> u32 {
+    let _ = try_tcp_state(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_tcp_state(ctx: &TracePointContext) -> Option<()> {
+    let protocol: u16 = unsafe { ctx.read_at(offset(config::STATE_PROTOCOL)) }.ok()?;
+    if protocol != IPPROTO_TCP as u16 {
+        return None;
+    }
+    let new: i32 = unsafe { ctx.read_at(offset(config::STATE_NEW)) }.ok()?;
+    if !(0..TCP_STATES as i32).contains(&new) {
+        return None;
+    }
+    let key = tracepoint_key(
+        ctx,
+        config::STATE_FAMILY,
+        config::STATE_SPORT,
+        config::STATE_DPORT,
+        config::STATE_SADDR,
+        config::STATE_DADDR,
+        config::STATE_SADDR_V6,
+        config::STATE_DADDR_V6,
+    )?;
+    if key.local_port == 0 {
+        // CLOSE -> SYN_SENT of a connecting socket: its local port is not chosen yet, so the
+        // event belongs to no flow.
+        return None;
+    }
+    let new = new as u32;
+    let e = TcpEvents {
+        established: u64::from(new == TCP_ESTABLISHED),
+        closed: u64::from(new == TCP_CLOSE),
+        transitions: 1,
+        retransmits: 0,
+        states_seen: 1u64 << new,
+    };
+    add_events(&key, &e);
+    Some(())
+}
+
+#[tracepoint]
+pub fn tcp_retransmit(ctx: TracePointContext) -> u32 {
+    let _ = try_tcp_retransmit(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_tcp_retransmit(ctx: &TracePointContext) -> Option<()> {
+    let key = tracepoint_key(
+        ctx,
+        config::RETX_FAMILY,
+        config::RETX_SPORT,
+        config::RETX_DPORT,
+        config::RETX_SADDR,
+        config::RETX_DADDR,
+        config::RETX_SADDR_V6,
+        config::RETX_DADDR_V6,
+    )?;
+    add_events(
+        &key,
+        &TcpEvents {
+            retransmits: 1,
+            ..TcpEvents::default()
+        },
+    );
+    Some(())
+}
+
+#[tracepoint]
+pub fn tcp_probe(ctx: TracePointContext) -> u32 {
+    let _ = try_tcp_probe(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_tcp_probe(ctx: &TracePointContext) -> Option<()> {
+    let family: u16 = unsafe { ctx.read_at(offset(config::PROBE_FAMILY)) }.ok()?;
+    let sport: u16 = unsafe { ctx.read_at(offset(config::PROBE_SPORT)) }.ok()?;
+    let dport: u16 = unsafe { ctx.read_at(offset(config::PROBE_DPORT)) }.ok()?;
+    let srtt: u32 = unsafe { ctx.read_at(offset(config::PROBE_SRTT)) }.ok()?;
+    // saddr / daddr are a sockaddr_in (address at 4) or sockaddr_in6 (address at 8).
+    let s: [u8; 28] = unsafe { ctx.read_at(offset(config::PROBE_SADDR)) }.ok()?;
+    let d: [u8; 28] = unsafe { ctx.read_at(offset(config::PROBE_DADDR)) }.ok()?;
+    let key = match family {
+        AF_INET => FlowKey::v4(
+            IPPROTO_TCP,
+            [s[4], s[5], s[6], s[7]],
+            sport,
+            [d[4], d[5], d[6], d[7]],
+            dport,
+        ),
+        AF_INET6 => {
+            let mut key = FlowKey::v6(IPPROTO_TCP, [0; 16], sport, [0; 16], dport);
+            let mut i = 0;
+            while i < 16 {
+                key.local_addr[i] = s[8 + i];
+                key.remote_addr[i] = d[8 + i];
+                i += 1;
+            }
+            key
+        }
+        _ => return None,
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    match TCP_RTT.get_ptr_mut(&key) {
+        Some(p) => unsafe {
+            (*p).srtt_us = u64::from(srtt);
+            (*p).samples += 1;
+            (*p).updated_ns = now;
+        },
+        None => {
+            let r = Rtt {
+                srtt_us: u64::from(srtt),
+                samples: 1,
+                updated_ns: now,
+            };
+            let _ = TCP_RTT.insert(&key, &r, 0);
+        }
+    }
+    Some(())
+}
+
+// ----------------------------------------------------------------------------- XDP
+
+#[xdp]
+pub fn iface_count(ctx: XdpContext) -> u32 {
+    let len = (ctx.data_end() - ctx.data()) as u64;
+    let ifindex = ctx.ingress_ifindex() as u32;
+    let t = Traffic {
+        rx_packets: 1,
+        rx_bytes: len,
+        ..Traffic::default()
+    };
+    match IFACE_TRAFFIC.get_ptr_mut(ifindex) {
+        Some(p) => unsafe { (*p).add(&t) },
+        None => {
+            let _ = IFACE_TRAFFIC.insert(ifindex, t, 0);
+        }
+    }
+    xdp_action::XDP_PASS
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // eBPF programs cannot unwind; the verifier proves no panic path is reachable.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,600 @@
+//! Gryvia's eBPF data plane: the loader and collector library.
+//!
+//! [`Collector::start`] checks the host (root, kernel BTF, tracefs, cgroup v2), loads the
+//! programs of `gryvia-ebpf/programs` (built by this crate's build script and embedded), tells
+//! them the tracepoint field offsets it reads from tracefs, and attaches them: cgroup_skb at the
+//! cgroup v2 root, three TCP tracepoints, XDP on the chosen interfaces. [`Collector::read`]
+//! copies the maps out as [`RawMaps`]; [`Snapshot::from_raw`] turns those into totals per
+//! cgroup, per flow and per interface. That split is the seam: everything after the map read is
+//! pure and unit-tested without root; the kernel side is tested by `tests/kernel.rs` against
+//! real traffic (root).
+//!
+//! What it is not: it knows nothing of Kubernetes. Joining cgroups to pods and writing Gryvia
+//! objects is the collector binary's business (`bins/gryvia-collector`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use aya::programs::{
+    CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, ProgramError, TracePoint, Xdp, XdpMode,
+};
+use aya::{Ebpf, EbpfLoader};
+use gryvia_ebpf_common::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP, config};
+pub use gryvia_ebpf_common::{FlowKey, FlowTraffic, Rtt, TcpEvents, Traffic};
+
+pub mod host;
+
+/// The compiled programs (one object, with BTF).
+static PROGRAMS: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gryvia-ebpf-programs"));
+
+/// Errors of the loader, each saying what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Loading eBPF programs needs root (CAP_BPF and CAP_NET_ADMIN).
+    #[error(
+        "the collector must run as root (effective uid {0}): loading eBPF programs needs CAP_BPF and CAP_NET_ADMIN"
+    )]
+    NotRoot(u32),
+    /// The kernel exposes no BTF.
+    #[error("kernel BTF is missing ({0} does not exist): the kernel needs CONFIG_DEBUG_INFO_BTF")]
+    Btf(String),
+    /// tracefs is neither mounted nor mountable.
+    #[error("tracefs: {0}")]
+    Tracefs(String),
+    /// A tracepoint lacks a field the programs read.
+    #[error("tracepoint {tracepoint}: {reason}")]
+    TracepointFormat {
+        /// `category/name`.
+        tracepoint: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// No cgroup v2 hierarchy.
+    #[error("cgroup v2: {0}")]
+    Cgroup(String),
+    /// The object could not be parsed.
+    #[error("load the eBPF object: {0}")]
+    Object(String),
+    /// The kernel refused a program; the verifier's log says why.
+    #[error("program {program} failed to load: {reason}")]
+    Verifier {
+        /// Program name.
+        program: String,
+        /// The error with the verifier log.
+        reason: String,
+    },
+    /// A program could not be attached.
+    #[error("attach {program} to {target}: {reason}")]
+    Attach {
+        /// Program name.
+        program: String,
+        /// Where.
+        target: String,
+        /// Why not.
+        reason: String,
+    },
+    /// A map could not be read or written.
+    #[error("map {map}: {reason}")]
+    Map {
+        /// Map name.
+        map: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which programs to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Programs {
+    /// Per-cgroup and per-flow traffic (cgroup_skb).
+    pub cgroup_traffic: bool,
+    /// TCP connection lifecycle (`sock/inet_sock_set_state`).
+    pub tcp_flows: bool,
+    /// Retransmissions and RTT (`tcp/tcp_retransmit_skb`, `tcp/tcp_probe`).
+    pub tcp_retransmits: bool,
+    /// Frames per interface (XDP).
+    pub interface_counters: bool,
+}
+
+impl Default for Programs {
+    fn default() -> Self {
+        Programs {
+            cgroup_traffic: true,
+            tcp_flows: true,
+            tcp_retransmits: true,
+            interface_counters: true,
+        }
+    }
+}
+
+/// How to start the collector.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The programs.
+    pub programs: Programs,
+    /// Where to attach the cgroup programs (the cgroup v2 root when `None`).
+    pub cgroup: Option<PathBuf>,
+    /// Interfaces the XDP program counts on.
+    pub interfaces: Vec<String>,
+    /// XDP in generic (skb) mode instead of letting the kernel choose.
+    pub xdp_generic: bool,
+}
+
+/// Per-program counters of the kernel (with `kernel.bpf_stats_enabled`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramStats {
+    /// Program name.
+    pub name: String,
+    /// Runs since load.
+    pub run_count: u64,
+    /// Time spent running, nanoseconds.
+    pub run_time_ns: u64,
+    /// Size of the translated (verified) program, bytes.
+    pub instructions: u32,
+}
+
+/// The loaded, attached programs. Dropping it detaches everything.
+pub struct Collector {
+    ebpf: Ebpf,
+    cgroup: PathBuf,
+    _stats: Option<std::os::fd::OwnedFd>,
+}
+
+/// An error with its sources, one line (aya puts the errno and the verifier log in them).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn load_err(program: &str) -> impl FnOnce(ProgramError) -> Error + '_ {
+    move |e| Error::Verifier {
+        program: program.to_owned(),
+        reason: chain(&e),
+    }
+}
+
+fn attach_err<'a>(program: &'a str, target: &'a str) -> impl FnOnce(ProgramError) -> Error + 'a {
+    move |e| Error::Attach {
+        program: program.to_owned(),
+        target: target.to_owned(),
+        reason: chain(&e),
+    }
+}
+
+impl Collector {
+    /// Checks the host, loads the programs and attaches those `options` asks for.
+    ///
+    /// # Errors
+    /// [`Error::NotRoot`], [`Error::Btf`], [`Error::Tracefs`], [`Error::Cgroup`] when the host
+    /// cannot run them; [`Error::Verifier`] (with the verifier log) when the kernel refuses a
+    /// program; [`Error::Attach`] when an interface or cgroup is unusable.
+    pub fn start(options: &Options) -> Result<Self> {
+        let uid = host::effective_uid();
+        if uid != 0 {
+            return Err(Error::NotRoot(uid));
+        }
+        if !Path::new(host::KERNEL_BTF).exists() {
+            return Err(Error::Btf(host::KERNEL_BTF.to_owned()));
+        }
+        let cgroup = match &options.cgroup {
+            Some(c) => c.clone(),
+            None => host::cgroup2_root().map_err(Error::Cgroup)?,
+        };
+        let offsets = if options.programs.tcp_flows || options.programs.tcp_retransmits {
+            let tracefs = host::ensure_tracefs().map_err(Error::Tracefs)?;
+            host::tracepoint_offsets(&tracefs)?
+        } else {
+            vec![0; config::LEN as usize]
+        };
+        let mut ebpf = EbpfLoader::new()
+            .load(PROGRAMS)
+            .map_err(|e| Error::Object(e.to_string()))?;
+        {
+            let map = ebpf.map_mut("CONFIG").ok_or_else(|| Error::Map {
+                map: "CONFIG".into(),
+                reason: "not in the object".into(),
+            })?;
+            let mut cfg: Array<&mut MapData, u32> =
+                Array::try_from(map).map_err(|e| Error::Map {
+                    map: "CONFIG".into(),
+                    reason: e.to_string(),
+                })?;
+            for (i, off) in offsets.iter().enumerate() {
+                cfg.set(i as u32, off, 0).map_err(|e| Error::Map {
+                    map: "CONFIG".into(),
+                    reason: e.to_string(),
+                })?;
+            }
+        }
+        if options.programs.cgroup_traffic {
+            let target = cgroup.display().to_string();
+            let dir = std::fs::File::open(&cgroup).map_err(|e| Error::Attach {
+                program: "cgroup_ingress".into(),
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+            for (name, kind) in [
+                ("cgroup_ingress", CgroupSkbAttachType::Ingress),
+                ("cgroup_egress", CgroupSkbAttachType::Egress),
+            ] {
+                let p: &mut CgroupSkb = program(&mut ebpf, name)?;
+                p.load().map_err(load_err(name))?;
+                // A BPF link (kernel >= 5.7) always coexists with other programs on the
+                // cgroup; the kernel refuses the ALLOW_MULTI flag on link creation (EINVAL).
+                p.attach(&dir, kind, CgroupAttachMode::Single)
+                    .map_err(attach_err(name, &target))?;
+            }
+        }
+        let mut tracepoints = Vec::new();
+        if options.programs.tcp_flows {
+            tracepoints.push(("tcp_state", "sock", "inet_sock_set_state"));
+        }
+        if options.programs.tcp_retransmits {
+            tracepoints.push(("tcp_retransmit", "tcp", "tcp_retransmit_skb"));
+            tracepoints.push(("tcp_probe", "tcp", "tcp_probe"));
+        }
+        for (name, category, event) in tracepoints {
+            let p: &mut TracePoint = program(&mut ebpf, name)?;
+            p.load().map_err(load_err(name))?;
+            p.attach(category, event)
+                .map_err(attach_err(name, &format!("{category}/{event}")))?;
+        }
+        if options.programs.interface_counters && !options.interfaces.is_empty() {
+            let p: &mut Xdp = program(&mut ebpf, "iface_count")?;
+            p.load().map_err(load_err("iface_count"))?;
+            let flags = if options.xdp_generic {
+                XdpMode::Skb
+            } else {
+                XdpMode::Default
+            };
+            for iface in &options.interfaces {
+                p.attach(iface, flags)
+                    .map_err(attach_err("iface_count", iface))?;
+            }
+        }
+        Ok(Collector {
+            ebpf,
+            cgroup,
+            _stats: None,
+        })
+    }
+
+    /// Where the cgroup programs are attached.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    /// Turns on the kernel's per-program run time and count (`BPF_ENABLE_STATS`) for as long
+    /// as the collector lives.
+    ///
+    /// # Errors
+    /// [`Error::Map`] when the kernel refuses.
+    pub fn enable_stats(&mut self) -> Result<()> {
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| Error::Map {
+            map: "bpf_stats".into(),
+            reason: e.to_string(),
+        })?;
+        self._stats = Some(fd);
+        Ok(())
+    }
+
+    /// Run counts and run time of every loaded program.
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        let mut out = Vec::new();
+        for (name, p) in self.ebpf.programs() {
+            let Ok(info) = p.info() else { continue };
+            out.push(ProgramStats {
+                name: name.to_owned(),
+                run_count: info.run_count(),
+                run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                instructions: info.size_translated().unwrap_or(0),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Copies every map out (per-CPU values unsummed).
+    ///
+    /// # Errors
+    /// [`Error::Map`] when a map cannot be read.
+    pub fn read(&self) -> Result<RawMaps> {
+        fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
+            ebpf.map(name).ok_or_else(|| Error::Map {
+                map: name.to_owned(),
+                reason: "not in the object".into(),
+            })
+        }
+        fn err(name: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
+            move |e| Error::Map {
+                map: name.to_owned(),
+                reason: e.to_string(),
+            }
+        }
+        let mut raw = RawMaps::default();
+        let m: PerCpuHashMap<&MapData, u64, Traffic> =
+            PerCpuHashMap::try_from(map(&self.ebpf, "CGROUP_TRAFFIC")?)
+                .map_err(err("CGROUP_TRAFFIC"))?;
+        for entry in m.iter() {
+            let (k, v) = entry.map_err(err("CGROUP_TRAFFIC"))?;
+            raw.cgroup_traffic.push((k, v.iter().copied().collect()));
+        }
+        let m: PerCpuHashMap<&MapData, FlowKey, FlowTraffic> =
+            PerCpuHashMap::try_from(map(&self.ebpf, "FLOW_TRAFFIC")?)
+                .map_err(err("FLOW_TRAFFIC"))?;
+        for entry in m.iter() {
+            let (k, v) = entry.map_err(err("FLOW_TRAFFIC"))?;
+            raw.flow_traffic.push((k, v.iter().copied().collect()));
+        }
+        let m: PerCpuHashMap<&MapData, FlowKey, TcpEvents> =
+            PerCpuHashMap::try_from(map(&self.ebpf, "TCP_EVENTS")?).map_err(err("TCP_EVENTS"))?;
+        for entry in m.iter() {
+            let (k, v) = entry.map_err(err("TCP_EVENTS"))?;
+            raw.tcp_events.push((k, v.iter().copied().collect()));
+        }
+        let m: BpfHashMap<&MapData, FlowKey, Rtt> =
+            BpfHashMap::try_from(map(&self.ebpf, "TCP_RTT")?).map_err(err("TCP_RTT"))?;
+        for entry in m.iter() {
+            raw.rtt.push(entry.map_err(err("TCP_RTT"))?);
+        }
+        let m: PerCpuHashMap<&MapData, u32, Traffic> =
+            PerCpuHashMap::try_from(map(&self.ebpf, "IFACE_TRAFFIC")?)
+                .map_err(err("IFACE_TRAFFIC"))?;
+        for entry in m.iter() {
+            let (k, v) = entry.map_err(err("IFACE_TRAFFIC"))?;
+            raw.interfaces.push((k, v.iter().copied().collect()));
+        }
+        Ok(raw)
+    }
+
+    /// [`Collector::read`] turned into totals.
+    ///
+    /// # Errors
+    /// As [`Collector::read`].
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        Ok(Snapshot::from_raw(self.read()?))
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let p = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::Object(format!("program {name} is not in the object")))?;
+    p.try_into()
+        .map_err(|e: ProgramError| Error::Object(format!("program {name}: {e}")))
+}
+
+/// The maps as read, per-CPU values unsummed: the input of [`Snapshot::from_raw`], built by
+/// [`Collector::read`] or by a test.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawMaps {
+    /// `CGROUP_TRAFFIC`: cgroup id -> per-CPU traffic.
+    pub cgroup_traffic: Vec<(u64, Vec<Traffic>)>,
+    /// `FLOW_TRAFFIC`: flow -> per-CPU traffic.
+    pub flow_traffic: Vec<(FlowKey, Vec<FlowTraffic>)>,
+    /// `TCP_EVENTS`: flow -> per-CPU events.
+    pub tcp_events: Vec<(FlowKey, Vec<TcpEvents>)>,
+    /// `TCP_RTT`: flow -> latest RTT.
+    pub rtt: Vec<(FlowKey, Rtt)>,
+    /// `IFACE_TRAFFIC`: interface index -> per-CPU traffic.
+    pub interfaces: Vec<(u32, Vec<Traffic>)>,
+}
+
+/// A flow with everything the programs know of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// Packets and bytes from the local socket's side.
+    pub traffic: Traffic,
+    /// cgroup v2 id of the local socket (0 when only tracepoints saw the flow).
+    pub cgroup_id: u64,
+    /// TCP lifecycle and retransmissions.
+    pub tcp: TcpEvents,
+    /// Latest smoothed RTT.
+    pub rtt: Option<Rtt>,
+}
+
+/// Totals: what the maps say, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Traffic per cgroup id.
+    pub cgroups: BTreeMap<u64, Traffic>,
+    /// Flows by key.
+    pub flows: BTreeMap<FlowKey, Flow>,
+    /// Traffic per interface index.
+    pub interfaces: BTreeMap<u32, Traffic>,
+}
+
+impl Snapshot {
+    /// Sums per-CPU values and joins the per-flow maps. Pure.
+    ///
+    /// # Guarantees
+    /// - Counters are the sums over CPUs; `states_seen` is their union.
+    /// - A flow's cgroup id is the largest any CPU recorded (each CPU records the same id for
+    ///   a socket; CPUs that never saw it hold 0).
+    /// - Every key of any per-flow map is a flow of the result.
+    pub fn from_raw(raw: RawMaps) -> Self {
+        let mut s = Snapshot::default();
+        for (id, per_cpu) in raw.cgroup_traffic {
+            let t = s.cgroups.entry(id).or_default();
+            per_cpu.iter().for_each(|v| t.add(v));
+        }
+        for (key, per_cpu) in raw.flow_traffic {
+            let f = s.flows.entry(key).or_default();
+            for v in &per_cpu {
+                f.traffic.add(&v.traffic);
+                f.cgroup_id = f.cgroup_id.max(v.cgroup_id);
+            }
+        }
+        for (key, per_cpu) in raw.tcp_events {
+            let f = s.flows.entry(key).or_default();
+            per_cpu.iter().for_each(|v| f.tcp.add(v));
+        }
+        for (key, rtt) in raw.rtt {
+            s.flows.entry(key).or_default().rtt = Some(rtt);
+        }
+        for (ifindex, per_cpu) in raw.interfaces {
+            let t = s.interfaces.entry(ifindex).or_default();
+            per_cpu.iter().for_each(|v| t.add(v));
+        }
+        s
+    }
+
+    /// The flows whose local or remote port is `port`.
+    pub fn flows_on_port(&self, port: u16) -> impl Iterator<Item = (&FlowKey, &Flow)> {
+        self.flows
+            .iter()
+            .filter(move |(k, _)| k.local_port == port || k.remote_port == port)
+    }
+}
+
+/// A flow key as text: `tcp 10.0.0.1:443 -> 10.0.0.2:5000`.
+pub fn describe(key: &FlowKey) -> String {
+    let proto = match key.protocol {
+        IPPROTO_TCP => "tcp",
+        IPPROTO_UDP => "udp",
+        _ => "ip",
+    };
+    format!(
+        "{proto} {} -> {}",
+        socket(key.family, &key.local_addr, key.local_port),
+        socket(key.family, &key.remote_addr, key.remote_port)
+    )
+}
+
+/// An address of a flow key as an [`std::net::IpAddr`].
+pub fn ip(family: u16, addr: &[u8; 16]) -> Option<std::net::IpAddr> {
+    match family {
+        AF_INET => Some(std::net::IpAddr::from([addr[0], addr[1], addr[2], addr[3]])),
+        AF_INET6 => Some(std::net::IpAddr::from(*addr)),
+        _ => None,
+    }
+}
+
+fn socket(family: u16, addr: &[u8; 16], port: u16) -> String {
+    match ip(family, addr) {
+        Some(std::net::IpAddr::V6(a)) => format!("[{a}]:{port}"),
+        Some(a) => format!("{a}:{port}"),
+        None => format!("?:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(rx: u64, tx: u64) -> Traffic {
+        Traffic {
+            rx_packets: 1,
+            rx_bytes: rx,
+            tx_packets: 1,
+            tx_bytes: tx,
+            ..Traffic::default()
+        }
+    }
+
+    #[test]
+    fn per_cpu_values_are_summed_and_flow_maps_joined() {
+        let k = FlowKey::v4(IPPROTO_TCP, [10, 0, 0, 1], 40000, [10, 0, 0, 2], 443);
+        let raw = RawMaps {
+            cgroup_traffic: vec![(7, vec![t(100, 10), Traffic::default(), t(50, 5)])],
+            flow_traffic: vec![(
+                k,
+                vec![
+                    FlowTraffic {
+                        traffic: t(1, 2),
+                        cgroup_id: 7,
+                    },
+                    FlowTraffic {
+                        traffic: t(3, 4),
+                        cgroup_id: 0,
+                    },
+                ],
+            )],
+            tcp_events: vec![(
+                k,
+                vec![
+                    TcpEvents {
+                        established: 1,
+                        transitions: 2,
+                        states_seen: 0b10,
+                        ..Default::default()
+                    },
+                    TcpEvents {
+                        closed: 1,
+                        retransmits: 3,
+                        transitions: 3,
+                        states_seen: 0b1000_0000,
+                        ..Default::default()
+                    },
+                ],
+            )],
+            rtt: vec![(
+                k,
+                Rtt {
+                    srtt_us: 120,
+                    samples: 9,
+                    updated_ns: 1,
+                },
+            )],
+            interfaces: vec![(3, vec![t(60, 0), t(40, 0)])],
+        };
+        let s = Snapshot::from_raw(raw);
+        assert_eq!(s.cgroups[&7].rx_bytes, 150);
+        assert_eq!(s.cgroups[&7].tx_packets, 2);
+        let f = &s.flows[&k];
+        assert_eq!(
+            (f.traffic.rx_bytes, f.traffic.tx_bytes, f.cgroup_id),
+            (4, 6, 7)
+        );
+        assert_eq!(
+            (
+                f.tcp.established,
+                f.tcp.closed,
+                f.tcp.retransmits,
+                f.tcp.transitions
+            ),
+            (1, 1, 3, 5)
+        );
+        assert_eq!(f.tcp.states_seen, 0b1000_0010);
+        assert_eq!(f.rtt.map(|r| r.srtt_us), Some(120));
+        assert_eq!(s.interfaces[&3].rx_bytes, 100);
+        assert_eq!(s.flows_on_port(443).count(), 1);
+        assert_eq!(s.flows_on_port(80).count(), 0);
+        assert_eq!(describe(&k), "tcp 10.0.0.1:40000 -> 10.0.0.2:443");
+    }
+
+    #[test]
+    fn a_flow_seen_only_by_tracepoints_has_no_cgroup() {
+        let k = FlowKey::v6(IPPROTO_TCP, [0; 16], 1, [0; 16], 2);
+        let s = Snapshot::from_raw(RawMaps {
+            tcp_events: vec![(
+                k,
+                vec![TcpEvents {
+                    retransmits: 2,
+                    ..Default::default()
+                }],
+            )],
+            ..RawMaps::default()
+        });
+        assert_eq!(s.flows[&k].cgroup_id, 0);
+        assert_eq!(s.flows[&k].tcp.retransmits, 2);
+        assert_eq!(describe(&k), "tcp [::]:1 -> [::]:2");
+    }
+}
