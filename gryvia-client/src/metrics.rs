@@ -117,6 +117,18 @@ impl Metrics {
         }
     }
 
+    /// Registers a metric of a binary's own beside these (under the same `gryvia` prefix).
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, metric);
+        }
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -9,8 +9,10 @@
 //! pure and unit-tested without root; the kernel side is tested by `tests/kernel.rs` against
 //! real traffic (root).
 //!
-//! What it is not: it knows nothing of Kubernetes. Joining cgroups to pods and writing Gryvia
-//! objects is the collector binary's business (`bins/gryvia-collector`).
+//! [`report`] turns two snapshots into a window and that into the status of the node's
+//! GryviaFabricSignal and GryviaFlowAggregate, joining cgroups to pods by the kubelet's cgroup
+//! paths. What it is not: it has no Kubernetes client; listing pods and writing the objects is
+//! the collector binary's business (`bins/gryvia-collector`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,7 @@ use gryvia_ebpf_common::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP, config};
 pub use gryvia_ebpf_common::{FlowKey, FlowTraffic, Rtt, TcpEvents, Traffic};
 
 pub mod host;
+pub mod report;
 
 /// The compiled programs (one object, with BTF).
 static PROGRAMS: &[u8] =

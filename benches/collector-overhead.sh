@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Overhead of the eBPF collector, measured in one run (root): loopback TCP throughput without and
+# with the collector attached (ratio), the kernel's per-program run time per event
+# (BPF_ENABLE_STATS, read from the collector's /metrics), and the collector's resident memory
+# with 10,000 live flows in its maps. Figures go to stdout; benches/README.md quotes them.
+#
+#   benches/collector-overhead.sh [SECONDS_PER_THROUGHPUT_RUN] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+secs="${1:-5}"
+rounds="${2:-3}"
+[[ "$(id -u)" == 0 ]] || { echo "needs root (loads eBPF programs)" >&2; exit 1; }
+cargo build --release -q -p gryvia-collector -p gryvia-ebpf --bin gryvia-collector --bin gryvia-traffic
+T=target/release/gryvia-traffic
+C=target/release/gryvia-collector
+addr=127.0.0.1:19199
+gbit() { "$T" throughput --seconds "$secs" | sed -n 's/.*"gbitPerSecond":\([0-9.]*\).*/\1/p'; }
+
+without=(); with=()
+collector_pid=""
+stop() { [[ -n "$collector_pid" ]] && kill "$collector_pid" 2>/dev/null && wait "$collector_pid" 2>/dev/null || true; collector_pid=""; }
+trap stop EXIT
+for r in $(seq 1 "$rounds"); do
+  without+=("$(gbit)")
+  "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" 2>/dev/null &
+  collector_pid=$!
+  for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  with+=("$(gbit)")
+  if [[ "$r" == "$rounds" ]]; then
+    sleep 1.5
+    curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > /tmp/gryvia-program-stats.txt
+  fi
+  stop
+done
+echo "loopback TCP throughput, $rounds rounds of ${secs}s each (Gbit/s):"
+echo "  without collector: ${without[*]}"
+echo "  with collector:    ${with[*]}"
+python3 - "${without[*]}" "${with[*]}" <<'PY'
+import statistics, sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+print(f"  median without {statistics.median(a):.2f}, with {statistics.median(b):.2f}, ratio with/without {statistics.median(b)/statistics.median(a):.3f}")
+PY
+echo "per-program cost during the last 'with' run (kernel BPF stats):"
+python3 - <<'PY'
+import re
+runs, ns = {}, {}
+for line in open("/tmp/gryvia-program-stats.txt"):
+    m = re.match(r'gryvia_ebpf_program_(runs|run_time_nanoseconds)\{program="([^"]+)"\} (\d+)', line)
+    if m:
+        (runs if m.group(1) == "runs" else ns)[m.group(2)] = int(m.group(3))
+for p in sorted(runs):
+    r = runs[p]
+    print(f"  {p:16s} runs {r:>10d}  {ns.get(p, 0) / r if r else 0:8.1f} ns/run")
+PY
+
+echo "collector resident memory with 10,000 live flows:"
+"$C" --node bench --no-kubernetes --interval 2 --metrics-addr "$addr" 2>/dev/null &
+collector_pid=$!
+for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+rss_idle=$(awk '/VmRSS/ {print $2}' "/proc/$collector_pid/status")
+"$T" tcp --connections 5000 --bytes 200 --reply 100 >/dev/null &
+traffic_pid=$!
+flows=0
+for _ in $(seq 1 20); do
+  f=$(curl -sf "http://$addr/metrics" | awk '/^gryvia_flows_tracked / {print $2}')
+  (( ${f:-0} > flows )) && flows=$f
+  sleep 0.5
+done
+wait "$traffic_pid"
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$collector_pid/status")
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$collector_pid/status")
+echo "  idle ${rss_idle} KiB; after 5,000 connections (10,000 flows: each has a client and a server side): ${rss} KiB (peak ${hwm} KiB); flows tracked: ${flows}"
+stop
