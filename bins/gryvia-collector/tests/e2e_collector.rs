@@ -310,3 +310,29 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
         ]
     );
 }
+
+#[test]
+fn without_root_the_collector_exits_with_one_clear_line() {
+    if !root() {
+        return;
+    }
+    // Drop to nobody: the collector must refuse before touching the kernel.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_gryvia-collector"))
+        .args([
+            "--node",
+            "n",
+            "--no-kubernetes",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: the collector must run as root (effective uid 65534): loading eBPF programs needs CAP_BPF and CAP_NET_ADMIN"
+    );
+}
