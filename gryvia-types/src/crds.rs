@@ -98,6 +98,20 @@ pub fn all_yaml() -> Result<String> {
     Ok(out)
 }
 
+/// Calls `$m!($args; <every Gryvia kind>)`: one list of the kinds for the typed dispatches.
+macro_rules! with_kinds {
+    ($m:ident!($($args:tt)*)) => {
+        $m!($($args)*;
+            GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
+            GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
+            GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
+            GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
+            GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
+            GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
+            GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+    };
+}
+
 /// `value` as a `T`; an error names the field's path after `prefix`.
 fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value, prefix: &str) -> Result<T> {
     serde_path_to_error::deserialize(value).map_err(|e| {
@@ -135,14 +149,7 @@ pub fn typed_value(value: serde_json::Value) -> Result<serde_json::Value> {
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    by_kind!(kind.as_str(), value;
-        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
-        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
-        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
-        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
-        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
-        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
-        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace)
+    with_kinds!(by_kind!(kind.as_str(), value))
 }
 
 /// Decodes the JSON body of a list response (`{"kind": "GryviaAIJobList", "items": [...]}`)
@@ -194,14 +201,7 @@ pub fn typed_list(body: &[u8]) -> Result<Vec<serde_json::Value>> {
     }
     let peek: Peek = serde_json::from_slice(body)?;
     let kind = peek.kind.strip_suffix("List").unwrap_or_default();
-    let fast: Result<Vec<serde_json::Value>> = by_kind!(kind;
-        GryviaAIJob, GryviaAutoPolicy, GryviaAutoTuner, GryviaBudget, GryviaCollectorConfig,
-        GryviaFabricSignal, GryviaFlowAggregate, GryviaFlowPolicy, GryviaGpuNode, GryviaGpuSku,
-        GryviaHealthCheck, GryviaInferenceService, GryviaInvoice, GryviaJobHook,
-        GryviaModelRegistry, GryviaNetwork, GryviaNetworkAnomaly, GryviaNetworkBaseline,
-        GryviaNetworkCost, GryviaPriority, GryviaQueue, GryviaQuota, GryviaReservation,
-        GryviaServiceGraph, GryviaStorage, GryviaTemplate, GryviaTenant, GryviaTrainingInsight,
-        GryviaUsageRecord, GryviaWorkflow, GryviaWorkspace);
+    let fast: Result<Vec<serde_json::Value>> = with_kinds!(by_kind!(kind));
     match fast {
         Err(Error::Json(_)) => Err(locate(body, kind)),
         other => other,
