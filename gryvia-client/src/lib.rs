@@ -196,8 +196,11 @@ where
 ///
 /// kube's built-in retry of 429 responses is turned off: the Eviction API answers 429 when a
 /// PodDisruptionBudget refuses an eviction, and retrying that inside one request stalled a
-/// drain for minutes (found by `e2e_maintenance`). Failed calls are retried where it belongs:
-/// the controller runtime's per-object backoff, and the drain loop's next round.
+/// drain for minutes (found by `e2e_maintenance`). Failed writes are retried where it belongs:
+/// the controller runtime's per-object backoff, and the drain loop's next round. Reads (GET,
+/// list and watch included) are retried in the request when the server answers 429, 503 or
+/// 504, as after a CRD change ("storage is (re)initializing"): up to 6 times, honouring
+/// `Retry-After`, within about 10 seconds.
 ///
 /// # Errors
 /// [`Error::Config`] when no configuration is found or it is unusable.
@@ -234,5 +237,53 @@ pub async fn connect_with(
         }
     };
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(Error::Config)
+    let policy = kube::client::retry::RetryPolicy::new(
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+        6,
+        true,
+    )
+    .map_err(|e| Error::Invalid(format!("read retry policy: {e}")))?;
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(Error::Config)?
+        // Retry needs a cloneable service; the buffer makes the boxed stack one.
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(ReadRetry(policy)))
+        .build())
+}
+
+/// kube's retry policy, for reads only: a write's 429 can be an answer (an eviction a
+/// PodDisruptionBudget refuses), never retried blindly.
+#[derive(Clone)]
+struct ReadRetry(kube::client::retry::RetryPolicy);
+
+type ApiRequest = http::Request<kube::client::Body>;
+
+impl<Res> tower::retry::Policy<ApiRequest, http::Response<Res>, tower::BoxError> for ReadRetry {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut ApiRequest,
+        result: &mut std::result::Result<http::Response<Res>, tower::BoxError>,
+    ) -> Option<Self::Future> {
+        if req.method() != http::Method::GET {
+            return None;
+        }
+        tower::retry::Policy::<ApiRequest, http::Response<Res>, tower::BoxError>::retry(
+            &mut self.0,
+            req,
+            result,
+        )
+    }
+
+    fn clone_request(&mut self, req: &ApiRequest) -> Option<ApiRequest> {
+        if req.method() != http::Method::GET {
+            return None;
+        }
+        tower::retry::Policy::<ApiRequest, http::Response<Res>, tower::BoxError>::clone_request(
+            &mut self.0,
+            req,
+        )
+    }
 }
