@@ -287,3 +287,52 @@ impl<Res> tower::retry::Policy<ApiRequest, http::Response<Res>, tower::BoxError>
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::retry::Policy;
+
+    type Res = http::Response<()>;
+
+    fn policy() -> ReadRetry {
+        ReadRetry(
+            kube::client::retry::RetryPolicy::new(
+                Duration::from_millis(1),
+                Duration::from_millis(2),
+                2,
+                false,
+            )
+            .unwrap(),
+        )
+    }
+
+    fn request(method: http::Method) -> ApiRequest {
+        http::Request::builder()
+            .method(method)
+            .uri("/apis/gryvia.io/v1alpha1/gryviabudgets")
+            .body(kube::client::Body::empty())
+            .unwrap()
+    }
+
+    fn answer(status: u16) -> std::result::Result<Res, tower::BoxError> {
+        Ok(http::Response::builder().status(status).body(()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn reads_are_retried_on_429_and_writes_never() {
+        let mut p = policy();
+        let mut get = request(http::Method::GET);
+        assert!(Policy::<ApiRequest, Res, tower::BoxError>::clone_request(&mut p, &get).is_some());
+        assert!(p.retry(&mut get, &mut answer(429)).is_some());
+        assert!(p.retry(&mut get, &mut answer(404)).is_none());
+        let mut post = request(http::Method::POST);
+        assert!(Policy::<ApiRequest, Res, tower::BoxError>::clone_request(&mut p, &post).is_none());
+        assert!(p.retry(&mut post, &mut answer(429)).is_none());
+        // Bounded: the third 429 of a read is returned to the caller.
+        let mut q = policy();
+        assert!(q.retry(&mut get, &mut answer(503)).is_some());
+        assert!(q.retry(&mut get, &mut answer(503)).is_some());
+        assert!(q.retry(&mut get, &mut answer(503)).is_none());
+    }
+}
