@@ -12,13 +12,13 @@ use crate::{Error, Result};
 /// Field manager of CRD installation.
 pub const FIELD_MANAGER: &str = "gryvia-install";
 
-/// Applies every Gryvia CRD with server-side apply and waits until all are Established and
-/// their objects can be listed (right after a CRD changes, the API server answers 429 "storage
-/// is (re)initializing" for a moment; kube's retry of 429 is off, see [`crate::connect`]).
+/// Applies every Gryvia CRD with server-side apply and waits until all are Established.
+/// (Right after a CRD changes the API server may answer reads of its objects with 429
+/// "storage is (re)initializing" for a moment; clients of [`crate::connect`] retry reads.)
 ///
 /// # Errors
 /// [`Error::Api`] when an apply or read fails, [`Error::Timeout`] when a CRD is not
-/// Established, or its objects not listable, within `timeout`.
+/// Established within `timeout`.
 ///
 /// # Guarantees
 /// Idempotent: applying twice changes nothing the second time. Returns the CRD names.
@@ -40,9 +40,6 @@ pub async fn install(client: &kube::Client, timeout: Duration) -> Result<Vec<Str
     let deadline = tokio::time::Instant::now() + timeout;
     for name in &names {
         wait_established(&api, name, deadline, timeout).await?;
-    }
-    for crd in gryvia_types::crds::all() {
-        wait_servable(client, &crd, deadline, timeout).await?;
     }
     info!(count = names.len(), "CRDs established");
     Ok(names)
@@ -75,39 +72,5 @@ async fn wait_established(
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn wait_servable(
-    client: &kube::Client,
-    crd: &CustomResourceDefinition,
-    deadline: tokio::time::Instant,
-    timeout: Duration,
-) -> Result<()> {
-    let version = crd
-        .spec
-        .versions
-        .first()
-        .map(|v| v.name.clone())
-        .unwrap_or_default();
-    let ar = kube::api::ApiResource {
-        group: crd.spec.group.clone(),
-        version: version.clone(),
-        api_version: format!("{}/{version}", crd.spec.group),
-        kind: crd.spec.names.kind.clone(),
-        plural: crd.spec.names.plural.clone(),
-    };
-    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &ar);
-    loop {
-        match api.list(&kube::api::ListParams::default().limit(1)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(Error::Timeout {
-                    what: format!("{} objects to be listable (last: {e})", ar.kind),
-                    after: timeout,
-                });
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
     }
 }

@@ -305,15 +305,7 @@ impl Resources {
         Ok(list
             .items
             .into_iter()
-            .map(|mut item| {
-                if let Value::Object(m) = &mut item {
-                    m.entry("apiVersion")
-                        .or_insert_with(|| Value::String(k.resource.api_version.clone()));
-                    m.entry("kind")
-                        .or_insert_with(|| Value::String(k.resource.kind.clone()));
-                }
-                item
-            })
+            .map(|item| with_identity(item, &k.resource))
             .collect())
     }
 
@@ -448,17 +440,23 @@ impl Resources {
 
 fn to_value(obj: DynamicObject, resource: &ApiResource) -> Result<Value> {
     let name = obj.metadata.name.clone().unwrap_or_default();
-    let mut v = serde_json::to_value(obj).map_err(|source| Error::Serialize {
+    let v = serde_json::to_value(obj).map_err(|source| Error::Serialize {
         what: format!("{} {name}", resource.kind),
         source,
     })?;
-    if let Value::Object(m) = &mut v {
+    Ok(with_identity(v, resource))
+}
+
+/// `obj` with `apiVersion` and `kind` of `resource` where it lacks them (items of a list of a
+/// built-in kind carry neither).
+fn with_identity(mut obj: Value, resource: &ApiResource) -> Value {
+    if let Value::Object(m) = &mut obj {
         m.entry("apiVersion")
             .or_insert_with(|| Value::String(resource.api_version.clone()));
         m.entry("kind")
             .or_insert_with(|| Value::String(resource.kind.clone()));
     }
-    Ok(v)
+    obj
 }
 
 #[cfg(test)]

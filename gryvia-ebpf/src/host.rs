@@ -83,18 +83,21 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     Ok(std::fs::metadata(dir)?.ino())
 }
 
+/// A mounted tracefs with its `events` directory, if there is one.
+pub fn mounted_tracefs() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts_of(&info, "tracefs")
+        .into_iter()
+        .find(|p| p.join("events").is_dir())
+}
+
 /// A tracefs where the event formats can be read: a mounted one, or `/sys/kernel/tracing`
 /// mounted now (which stays mounted: tracepoints need it for as long as they are attached).
 ///
 /// # Errors
 /// A message when no tracefs is mounted and mounting one fails.
 pub fn ensure_tracefs() -> Result<PathBuf, String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
-    if let Some(p) = mounts_of(&info, "tracefs")
-        .into_iter()
-        .find(|p| p.join("events").is_dir())
-    {
+    if let Some(p) = mounted_tracefs() {
         return Ok(p);
     }
     let target = Path::new("/sys/kernel/tracing");

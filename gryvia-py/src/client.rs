@@ -82,7 +82,7 @@ fn py_err(e: gryvia_client::Error) -> PyErr {
 /// An object the server returned, as Python data: `Resource` for Gryvia kinds (typed decode),
 /// a dict otherwise.
 fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
-    if value.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION) {
+    if crate::is_gryvia(&value) {
         let name = value
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -100,11 +100,7 @@ fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
 /// it when it is a Gryvia kind.
 fn input(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     let value = to_json(obj)?;
-    if value.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION) {
-        crate::validator()?
-            .validate(&value)
-            .map_err(|e| crate::invalid(&e))?;
-    }
+    crate::check_gryvia(&value, None)?;
     Ok(value)
 }
 

@@ -382,25 +382,35 @@ fn kinds() -> Vec<String> {
     gryvia_types::crds::kinds()
 }
 
-/// A Python value as a typed Rust value; a Gryvia object is first validated like the API
-/// server validates it, so a misspelt field is an error rather than silently dropped.
+/// Whether a value is an object of a Gryvia kind (by its `apiVersion`).
+pub(crate) fn is_gryvia(v: &Value) -> bool {
+    v.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION)
+}
+
+/// Validates `v` like the API server does when it is a Gryvia object (other values pass);
+/// the error is prefixed with `at` when given.
+pub(crate) fn check_gryvia(v: &Value, at: Option<&str>) -> PyResult<()> {
+    if !is_gryvia(v) {
+        return Ok(());
+    }
+    validator()?.validate(v).map_err(|e| match at {
+        Some(at) => ValidationError::new_err(format!("{at}: {e}")),
+        None => invalid(&e),
+    })
+}
+
+/// A Python value as a typed Rust value; a Gryvia object (or each one of a list) is first
+/// validated like the API server validates it, so a misspelt field is an error rather than
+/// silently dropped.
 fn typed<K: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<K> {
     let value = to_json(obj)?;
-    let gryvia =
-        |v: &Value| v.get("apiVersion").and_then(Value::as_str) == Some(gryvia_types::API_VERSION);
-    let check = |v: &Value, at: String| {
-        validator()?
-            .validate(v)
-            .map_err(|e| ValidationError::new_err(format!("{at}: {e}")))
-    };
     match &value {
-        v if gryvia(v) => check(v, what.to_owned())?,
         Value::Array(items) => {
-            for (i, item) in items.iter().enumerate().filter(|(_, v)| gryvia(v)) {
-                check(item, format!("{what}[{i}]"))?;
+            for (i, item) in items.iter().enumerate() {
+                check_gryvia(item, Some(&format!("{what}[{i}]")))?;
             }
         }
-        _ => {}
+        v => check_gryvia(v, Some(what))?,
     }
     serde_json::from_value(value).map_err(|e| ValidationError::new_err(format!("{what}: {e}")))
 }

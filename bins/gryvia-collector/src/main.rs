@@ -22,7 +22,7 @@ use gryvia_client::operator::{exit_code, init_logging, shutdown_signal};
 use gryvia_ebpf::report::{self, CgroupIndex, PodRef, PodResolver};
 use gryvia_ebpf::{Collector, Options, Programs, Snapshot};
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use gryvia_types::{GryviaFabricSignal, GryviaFlowAggregate, labels};
+use gryvia_types::{GryviaFabricSignal, GryviaFabricSignalStatus, GryviaFlowAggregate, labels};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -298,12 +298,12 @@ async fn collect(
                 Err(e) => warn!(error = %format!("{e:#}"), "list this node's pods"),
             }
         }
-        record(&net, &window, &resolver, ifaces, collector);
+        let secs = i32::try_from(flags.interval).unwrap_or(i32::MAX);
+        let fabric = report::fabric_signal_status(&window, ifaces, secs, end.clone());
+        record(&net, &window, &fabric, &resolver, collector);
         net.tracked
             .set(i64::try_from(snapshot.flows.len()).unwrap_or(i64::MAX));
         if let Some(c) = &client {
-            let secs = i32::try_from(flags.interval).unwrap_or(i32::MAX);
-            let fabric = report::fabric_signal_status(&window, ifaces, secs, end.clone());
             let flows =
                 report::flow_aggregate_status(&window, &resolver, start.clone(), end.clone());
             if let Err(e) = write_status(c, &flags.node, &json!(fabric), &json!(flows)).await {
@@ -328,8 +328,8 @@ fn now() -> Time {
 fn record(
     net: &NetMetrics,
     window: &Snapshot,
+    fabric: &GryviaFabricSignalStatus,
     resolver: &PodResolver,
-    ifaces: &BTreeMap<u32, String>,
     collector: &Collector,
 ) {
     for (pod, t) in report::pod_traffic(window, resolver).into_values() {
@@ -347,22 +347,21 @@ fn record(
             net.pod_packets.get_or_create(&l).inc_by(packets);
         }
     }
-    for (ifindex, name) in ifaces {
-        let t = window.interfaces.get(ifindex).copied().unwrap_or_default();
+    // The window's counters as the GryviaFabricSignal states them.
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    for i in &fabric.interfaces {
         let l = InterfaceLabels {
-            interface: name.clone(),
+            interface: i.name.clone(),
         };
-        net.iface_bytes.get_or_create(&l).inc_by(t.rx_bytes);
-        net.iface_packets.get_or_create(&l).inc_by(t.rx_packets);
+        net.iface_bytes.get_or_create(&l).inc_by(n(i.rx_bytes));
+        net.iface_packets.get_or_create(&l).inc_by(n(i.rx_packets));
     }
-    net.retransmits
-        .inc_by(window.flows.values().map(|f| f.tcp.retransmits).sum());
+    net.retransmits.inc_by(n(fabric.tcp_retransmits));
+    net.median_srtt.set(fabric.median_srtt_micros.unwrap_or(0));
     net.connections
         .inc_by(window.flows.values().map(|f| f.tcp.established).sum());
     net.flows
         .set(i64::try_from(window.flows.len()).unwrap_or(i64::MAX));
-    let fabric = report::fabric_signal_status(window, ifaces, 0, now());
-    net.median_srtt.set(fabric.median_srtt_micros.unwrap_or(0));
     for p in collector.program_stats() {
         let l = ProgramLabels { program: p.name };
         net.program_runs

@@ -38,8 +38,7 @@ struct TracefsGuard(bool);
 
 impl TracefsGuard {
     fn new() -> Self {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        TracefsGuard(!gryvia_ebpf::host::mounts_of(&info, "tracefs").is_empty())
+        TracefsGuard(gryvia_ebpf::host::mounted_tracefs().is_some())
     }
 }
 
