@@ -32,6 +32,12 @@ pub mod report;
 static PROGRAMS: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gryvia-ebpf-programs"));
 
+/// The programs object embedded at build time (ELF with BTF), for inspection with `readelf`
+/// or `bpftool` and for tools that build a variant of it.
+pub fn embedded_object() -> &'static [u8] {
+    PROGRAMS
+}
+
 /// Errors of the loader, each saying what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -126,6 +132,10 @@ pub struct Options {
     pub interfaces: Vec<String>,
     /// XDP in generic (skb) mode instead of letting the kernel choose.
     pub xdp_generic: bool,
+    /// An object file to load instead of the programs embedded at build time (another build
+    /// of `gryvia-ebpf/programs`, e.g. one made for a particular kernel). It must define the
+    /// same programs and maps.
+    pub object: Option<PathBuf>,
 }
 
 /// Per-program counters of the kernel (with `kernel.bpf_stats_enabled`).
@@ -203,9 +213,16 @@ impl Collector {
         } else {
             vec![0; config::LEN as usize]
         };
+        let object = match &options.object {
+            Some(path) => std::borrow::Cow::Owned(
+                std::fs::read(path)
+                    .map_err(|e| Error::Object(format!("{}: {e}", path.display())))?,
+            ),
+            None => std::borrow::Cow::Borrowed(PROGRAMS),
+        };
         let mut ebpf = EbpfLoader::new()
-            .load(PROGRAMS)
-            .map_err(|e| Error::Object(e.to_string()))?;
+            .load(&object)
+            .map_err(|e| Error::Object(chain(&e)))?;
         {
             let map = ebpf.map_mut("CONFIG").ok_or_else(|| Error::Map {
                 map: "CONFIG".into(),

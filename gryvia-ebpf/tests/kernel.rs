@@ -358,3 +358,78 @@ fn a_missing_interface_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// The file offset and size of the ELF64 section `name` (little-endian; the object is ours).
+fn elf_section(elf: &[u8], name: &str) -> (usize, usize) {
+    let u16_at = |o: usize| usize::from(u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()));
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at =
+        |o: usize| usize::try_from(u64::from_le_bytes(elf[o..o + 8].try_into().unwrap())).unwrap();
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not an ELF64 object");
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let names = u64_at(header(shstrndx) + 0x18);
+    (0..shnum)
+        .map(header)
+        .find(|&h| {
+            let start = names + u32_at(h);
+            elf[start..].split(|&b| b == 0).next() == Some(name.as_bytes())
+        })
+        .map(|h| (u64_at(h + 0x18), u64_at(h + 0x20)))
+        .unwrap_or_else(|| panic!("no section {name}"))
+}
+
+#[test]
+fn a_program_the_verifier_refuses_is_named_with_the_verifier_log() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _tracefs = TracefsGuard::new();
+    // Our object with the XDP program's first instruction replaced by `exit`: it returns
+    // without setting r0, and the rest of it becomes unreachable. The kernel must refuse it.
+    let mut object = gryvia_ebpf::embedded_object().to_vec();
+    let (offset, size) = elf_section(&object, "xdp");
+    assert!(size >= 8);
+    object[offset..offset + 8].copy_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    let dir = std::env::temp_dir().join(unique("gryvia-ebpf-broken-"));
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("programs.o");
+    std::fs::write(&path, &object).unwrap();
+    let result = Collector::start(&Options {
+        programs: Programs {
+            interface_counters: true,
+            cgroup_traffic: false,
+            tcp_flows: false,
+            tcp_retransmits: false,
+        },
+        interfaces: vec!["lo".to_owned()],
+        object: Some(path.clone()),
+        ..Options::default()
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+    let err = result.err().map(|e| e.to_string()).unwrap_or_default();
+    eprintln!("{err}");
+    assert!(
+        err.starts_with("program iface_count failed to load:"),
+        "{err}"
+    );
+    // The log of the verifier, not only the errno.
+    assert!(err.contains("Verifier output:"), "{err}");
+    assert!(err.contains("unreachable insn 1"), "{err}");
+
+    // An object that is not one is named with its path.
+    let missing = std::env::temp_dir().join(unique("gryvia-ebpf-none-"));
+    let err = Collector::start(&Options {
+        object: Some(missing.clone()),
+        ..Options::default()
+    })
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        err.starts_with(&format!("load the eBPF object: {}:", missing.display())),
+        "{err}"
+    );
+}

@@ -58,6 +58,10 @@ struct Flags {
     /// The cgroup v2 directory the cgroup programs attach to (the cgroup v2 root by default).
     #[arg(long)]
     cgroup: Option<PathBuf>,
+    /// Load the programs from this object file instead of the ones built into the collector
+    /// (same program and map names).
+    #[arg(long)]
+    object: Option<PathBuf>,
     /// Serve /metrics, /healthz and /readyz here.
     #[arg(long, default_value = "0.0.0.0:9102")]
     metrics_addr: SocketAddr,
@@ -224,6 +228,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         cgroup: flags.cgroup.clone(),
         interfaces: flags.interfaces.clone(),
         xdp_generic: flags.xdp_generic,
+        object: flags.object.clone(),
     };
     let mut collector = Collector::start(&options)?;
     if let Err(e) = collector.enable_stats() {
