@@ -1,6 +1,6 @@
 //! The observe half and the wiring of the ai-operator's controllers: GryviaAIJob (batch Jobs,
 //! retries, failure classification), GryviaTemplate (validity, job count) and GryviaPriority
-//! (PriorityClasses). The policy is in `gryvia_reconcile::{aijob, template, priority}`.
+//! (PriorityClasses); GryviaReservation and GryviaJobHook (`crate::hooks`) when enabled. The policy is in `gryvia_reconcile::{aijob, template, priority}`.
 
 use std::collections::BTreeMap;
 
@@ -177,6 +177,8 @@ async fn nodes_and_active_pods(client: &kube::Client) -> Result<(Vec<Node>, Vec<
 pub struct AiOptions {
     /// Run the GryviaReservation controller (opt-in: it taints nodes).
     pub reservations: bool,
+    /// Run the GryviaJobHook controller (opt-in: it POSTs to the hooks' URLs).
+    pub job_hooks: bool,
 }
 
 /// Maps a pod of an AI job (label `gryvia.io/job-name`) to its GryviaAIJob.
@@ -287,11 +289,17 @@ pub fn controllers(
                 );
                 run(ctrl, ctx).await;
             };
+            let job_hooks = async {
+                if options.job_hooks {
+                    crate::hooks::run_controller(client.clone(), metrics.clone()).await;
+                }
+            };
             futures::join!(
                 run(job_ctrl, job_ctx),
                 run(tpl_ctrl, tpl_ctx),
                 run(prio_ctrl, prio_ctx),
-                reservations
+                reservations,
+                job_hooks
             );
         })
     })

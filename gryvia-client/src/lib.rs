@@ -11,6 +11,7 @@ pub mod apply;
 pub mod crds;
 pub mod gpu_agent;
 pub mod health;
+pub mod hooks;
 pub mod metrics;
 pub mod operator;
 pub mod resources;

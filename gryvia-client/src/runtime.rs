@@ -217,11 +217,24 @@ where
 {
     let world = ctx.observer.observe(obj).await?;
     let now = jiff::Timestamp::now();
-    let plan = if cleanup {
+    let mut plan = if cleanup {
         ctx.reconciler.cleanup(obj, &world, now)
     } else {
         ctx.reconciler.reconcile(obj, &world, now)
     };
+    // Notifications go first, so the status written below can say what came of them.
+    let notifications = std::mem::take(&mut plan.notifications);
+    let deliveries = crate::webhook::deliver_each(ctx.executor.client(), &notifications).await;
+    for (n, d) in notifications.iter().zip(&deliveries) {
+        match d.failure() {
+            None => info!(id = %d.id, url = %n.url, status = ?d.status, "notification delivered"),
+            Some(reason) => warn!(id = %d.id, url = %n.url, %reason, "notification not delivered"),
+        }
+    }
+    let recorded = deliveries.is_empty()
+        || ctx
+            .reconciler
+            .record_deliveries(obj, &mut plan, &deliveries, jiff::Timestamp::now());
     // Children are re-applied on every reconcile (server-side apply makes that a no-op on
     // the server); only changes worth a line are logged at info.
     if plan.status.is_some()
@@ -234,6 +247,9 @@ where
         tracing::debug!(actions = ?plan.summary(), cleanup, "applying plan");
     }
     ctx.executor.apply(obj, &plan).await?;
+    if !recorded {
+        crate::webhook::first_failure(&notifications, &deliveries)?;
+    }
     Ok(match plan.requeue_after() {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),

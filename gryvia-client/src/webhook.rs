@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use gryvia_reconcile::Notification;
+use gryvia_reconcile::{Delivery, Notification};
 use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -19,7 +19,7 @@ use sha2::Sha256;
 
 use crate::{Error, Result};
 
-/// Time allowed for one delivery.
+/// Time allowed for one delivery when the notification does not say.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The signature header value for `body` under `key`: `sha256=<hex>`.
@@ -31,11 +31,18 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// POSTs one JSON body; `Ok(status)` for any HTTP answer, `Err` when none came.
+/// POSTs one JSON body; `Ok(status)` for any HTTP answer, `Err` when none came within
+/// `timeout`.
 ///
 /// # Errors
 /// [`Error::Webhook`] when the URL is malformed, the connection fails or times out.
-pub async fn post(url: &str, id: &str, signature: Option<&str>, body: &[u8]) -> Result<u16> {
+pub async fn post(
+    url: &str,
+    id: &str,
+    signature: Option<&str>,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<u16> {
     let fail = |reason: String| Error::Webhook {
         url: url.to_owned(),
         reason,
@@ -56,51 +63,104 @@ pub async fn post(url: &str, id: &str, signature: Option<&str>, body: &[u8]) -> 
     let req = req
         .body(Full::new(Bytes::copy_from_slice(body)))
         .map_err(|e| fail(format!("build request: {e}")))?;
-    let resp = tokio::time::timeout(DELIVERY_TIMEOUT, client.request(req))
+    let resp = tokio::time::timeout(timeout, client.request(req))
         .await
-        .map_err(|_| fail(format!("no answer within {DELIVERY_TIMEOUT:?}")))?
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|_| fail(format!("no answer within {timeout:?}")))?
+        .map_err(|e| fail(chain(&e)))?;
     let status = resp.status().as_u16();
     // Drain the body so the connection is reusable; its content does not matter.
     let _ = resp.into_body().collect().await;
     Ok(status)
 }
 
-/// Delivers every notification of a Plan; a non-2xx answer is an error (the reconcile is
-/// retried, so delivery is at least once).
-///
-/// # Errors
-/// [`Error::Webhook`] for the first delivery that failed, [`Error::Api`] when a signing
-/// Secret cannot be read.
-pub async fn deliver_all(client: &kube::Client, notifications: &[Notification]) -> Result<()> {
-    for n in notifications {
+/// An error with its sources in one line (hyper's own says only `client error (Connect)`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The signature of `body` with the key the notification names, `None` when it names none.
+async fn signature(client: &kube::Client, n: &Notification, body: &[u8]) -> Result<Option<String>> {
+    let Some((ns, name, key)) = &n.secret else {
+        return Ok(None);
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret = secrets.get(name).await.map_err(|source| Error::Api {
+        operation: format!("read secret {ns}/{name}"),
+        source,
+    })?;
+    let value = secret
+        .data
+        .and_then(|d| d.get(key).cloned())
+        .ok_or_else(|| Error::Webhook {
+            url: n.url.clone(),
+            reason: format!("secret {ns}/{name} has no key {key:?}"),
+        })?;
+    Ok(Some(sign(&value.0, body)))
+}
+
+/// Delivers one notification: signs it, POSTs it and says what came of it (never an error:
+/// a failure is in the [`Delivery`]).
+pub async fn deliver(client: &kube::Client, n: &Notification) -> Delivery {
+    let outcome = async {
         let body = serde_json::to_vec(&n.body).map_err(|source| Error::Serialize {
             what: format!("notification {}", n.id),
             source,
         })?;
-        let signature = match &n.secret {
-            Some((ns, name, key)) => {
-                let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-                let secret = secrets.get(name).await.map_err(|source| Error::Api {
-                    operation: format!("read secret {ns}/{name}"),
-                    source,
-                })?;
-                let value = secret
-                    .data
-                    .and_then(|d| d.get(key).cloned())
-                    .ok_or_else(|| Error::Webhook {
-                        url: n.url.clone(),
-                        reason: format!("secret {ns}/{name} has no key {key:?}"),
-                    })?;
-                Some(sign(&value.0, &body))
-            }
-            None => None,
-        };
-        let status = post(&n.url, &n.id, signature.as_deref(), &body).await?;
-        if !(200..300).contains(&status) {
+        let signature = signature(client, n, &body).await?;
+        let timeout = n.timeout_ms.map_or(DELIVERY_TIMEOUT, Duration::from_millis);
+        post(&n.url, &n.id, signature.as_deref(), &body, timeout).await
+    }
+    .await;
+    match outcome {
+        Ok(status) => Delivery {
+            id: n.id.clone(),
+            status: Some(status),
+            error: None,
+        },
+        Err(e) => Delivery {
+            id: n.id.clone(),
+            status: None,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+/// Delivers notifications one after the other, in order.
+pub async fn deliver_each(client: &kube::Client, notifications: &[Notification]) -> Vec<Delivery> {
+    let mut out = Vec::with_capacity(notifications.len());
+    for n in notifications {
+        out.push(deliver(client, n).await);
+    }
+    out
+}
+
+/// Delivers every notification of a Plan; a delivery without a 2xx answer is an error (the
+/// reconcile is retried, so delivery is at least once).
+///
+/// # Errors
+/// [`Error::Webhook`] for the first delivery that failed.
+pub async fn deliver_all(client: &kube::Client, notifications: &[Notification]) -> Result<()> {
+    let deliveries = deliver_each(client, notifications).await;
+    first_failure(notifications, &deliveries)
+}
+
+/// The first delivery that did not succeed, as an error naming its URL.
+///
+/// # Errors
+/// [`Error::Webhook`] for that delivery.
+pub fn first_failure(notifications: &[Notification], deliveries: &[Delivery]) -> Result<()> {
+    for (n, d) in notifications.iter().zip(deliveries) {
+        if let Some(reason) = d.failure() {
             return Err(Error::Webhook {
                 url: n.url.clone(),
-                reason: format!("answered HTTP {status}"),
+                reason,
             });
         }
     }

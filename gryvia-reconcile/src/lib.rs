@@ -21,6 +21,7 @@ pub mod admission;
 pub mod aijob;
 pub mod cron;
 pub mod health;
+pub mod hooks;
 pub mod plan;
 pub mod priority;
 pub mod reservation;
@@ -28,7 +29,8 @@ pub mod template;
 pub mod tenancy;
 
 pub use plan::{
-    Child, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan, Taint, TaintEffect,
+    Child, Delivery, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan, Taint,
+    TaintEffect,
 };
 
 /// A point in time, passed into every reconcile.
@@ -90,6 +92,24 @@ pub trait Reconcile {
     /// decision ([`Reconcile::cleanup`]). `None` (the default): no finalizer.
     fn finalizer(&self) -> Option<&'static str> {
         None
+    }
+
+    /// Records what came of the Plan's notifications in the Plan before the executor applies
+    /// it (its status, events, requeue).
+    ///
+    /// The executor delivers a Plan's notifications before anything else and hands their
+    /// outcomes here. A controller that keeps its own delivery state (attempts, backoff, giving
+    /// up) records them and returns true. The default returns false: the executor then fails
+    /// the reconcile when a delivery failed, so it is retried with backoff (at least once).
+    fn record_deliveries(
+        &self,
+        object: &Self::Object,
+        plan: &mut Plan<Self::Status>,
+        deliveries: &[Delivery],
+        now: Timestamp,
+    ) -> bool {
+        let _ = (object, plan, deliveries, now);
+        false
     }
 
     /// Decides what to do when the object is being deleted (only called with a finalizer).

@@ -277,6 +277,40 @@ pub struct Notification {
     pub secret: Option<(String, String, String)>,
     /// JSON body.
     pub body: Value,
+    /// How long to wait for the receiver, milliseconds (the executor's default when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// What came of delivering one [`Notification`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// The notification's id.
+    pub id: String,
+    /// The receiver's HTTP status, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why there was no answer (connection refused, timeout, the signing key unreadable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Delivery {
+    /// Answered with a 2xx status.
+    pub fn succeeded(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+
+    /// Why it did not succeed, in a few words (`None` when it did).
+    pub fn failure(&self) -> Option<String> {
+        match (self.status, &self.error) {
+            _ if self.succeeded() => None,
+            (Some(s), _) => Some(format!("answered HTTP {s}")),
+            (None, Some(e)) => Some(e.clone()),
+            (None, None) => Some("no answer".to_owned()),
+        }
+    }
 }
 
 /// What a reconcile decided. `S` is the status type of the reconciled object.

@@ -753,9 +753,34 @@ pub struct GryviaJobHookStatus {
     /// Recent and pending deliveries (at most 100, oldest dropped first once delivered).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deliveries: Vec<HookDelivery>,
-    /// Conditions.
+    /// What the hook has seen of each watched object that may still raise an event: objects
+    /// not finished yet, and those that finished after `handledUntil`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracked: Vec<HookTracked>,
+    /// Every object that finished at or before this time has had its events raised (the
+    /// hook's creation at first; it trails the controller's clock by a few minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_until: Option<Time>,
+    /// Conditions: `Ready` (False with `SecretMissing` while the signing key cannot be read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// What a hook has seen of one watched object.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookTracked {
+    /// UID of the object.
+    pub uid: String,
+    /// Its start was seen.
+    #[serde(default)]
+    pub started: bool,
+    /// Retries seen.
+    #[serde(default)]
+    pub retries: i32,
+    /// Its end (success or failure) was seen.
+    #[serde(default)]
+    pub finished: bool,
 }
 
 /// One delivery of a hook.
@@ -768,8 +793,17 @@ pub struct HookDelivery {
     pub kind: String,
     /// Name of the object.
     pub name: String,
+    /// UID of the object.
+    #[serde(default)]
+    pub uid: String,
     /// The event.
     pub event: HookEvent,
+    /// Which retry, for `Retried` (1 for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<i32>,
+    /// When the event happened, when the object says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
     /// Attempts so far.
     pub attempts: i32,
     /// When the last attempt was made.
@@ -778,6 +812,9 @@ pub struct HookDelivery {
     /// HTTP status of the last attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_code: Option<i32>,
+    /// Why the last attempt failed (no answer, or the answer's status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// `Pending`, `Delivered` or `GaveUp`.
     pub state: DeliveryState,
 }

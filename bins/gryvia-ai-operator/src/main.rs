@@ -1,6 +1,6 @@
 //! `gryvia-ai-operator`: runs GryviaAIJobs as batch Jobs (retries, failure classification),
-//! checks GryviaTemplates, makes a PriorityClass of every GryviaPriority, and serves the
-//! admission webhooks for new jobs.
+//! checks GryviaTemplates, makes a PriorityClass of every GryviaPriority, serves the
+//! admission webhooks for new jobs, and (opt-in) runs reservations and job hooks.
 //!
 //! A thin binary: flags, logging, wiring. The controllers are in `gryvia_client::aijob`, the
 //! webhooks in `gryvia_client::admission`, the policy in `gryvia_reconcile`.
@@ -22,6 +22,10 @@ struct Flags {
     /// existing reservations start tainting nodes).
     #[arg(long, env = "GRYVIA_ENABLE_RESERVATIONS")]
     enable_reservations: bool,
+    /// Run GryviaJobHooks: POST signed webhooks when watched jobs start, are retried, succeed
+    /// or fail (opt-in: turning it on makes existing hooks start sending).
+    #[arg(long, env = "GRYVIA_ENABLE_JOB_HOOKS")]
+    enable_job_hooks: bool,
     /// Serve the admission webhooks (TLS) on this address and register them.
     #[arg(long)]
     webhook_addr: Option<SocketAddr>,
@@ -112,6 +116,7 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         |client, metrics| {
             let options = gryvia_client::aijob::AiOptions {
                 reservations: flags.enable_reservations,
+                job_hooks: flags.enable_job_hooks,
             };
             let controllers =
                 gryvia_client::aijob::controllers(client.clone(), options, metrics.clone());

@@ -126,8 +126,8 @@ impl Setup {
             "--lease-grace".into(),
             "1".into(),
         ];
-        if !extra.is_empty() {
-            args.extend(extra.iter().cloned());
+        args.extend(extra.iter().cloned());
+        if extra.iter().any(|a| a == "--webhook-addr") {
             args.push("--webhook-namespace-selector".into());
             args.push(selector);
         }
@@ -935,4 +935,350 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
             "Deployment"
         ]
     );
+}
+
+/// One POST the receiver got.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    id: String,
+    signature: String,
+    body: Vec<u8>,
+}
+
+/// A real HTTP receiver for job hooks on 127.0.0.1: `/ok` answers 200, `/flaky` answers 500
+/// to the first attempt of every delivery and 200 to the next, `/down` always 500. It records
+/// every request.
+struct Receiver {
+    url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        use axum::http::{HeaderMap, StatusCode, Uri};
+        let got: std::sync::Arc<std::sync::Mutex<Vec<Received>>> = Default::default();
+        let record = got.clone();
+        let app = axum::Router::new().fallback(axum::routing::post(
+            move |uri: Uri, headers: HeaderMap, body: axum::body::Bytes| {
+                let record = record.clone();
+                async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned()
+                    };
+                    let r = Received {
+                        path: uri.path().to_owned(),
+                        id: header("x-gryvia-delivery"),
+                        signature: header("x-gryvia-signature"),
+                        body: body.to_vec(),
+                    };
+                    let mut got = record.lock().unwrap();
+                    let before = got.iter().filter(|g| g.id == r.id).count();
+                    let code = match r.path.as_str() {
+                        "/ok" => StatusCode::OK,
+                        "/flaky" if before > 0 => StatusCode::OK,
+                        _ => StatusCode::INTERNAL_SERVER_ERROR,
+                    };
+                    got.push(r);
+                    code
+                }
+            },
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Receiver { url, got, task }
+    }
+
+    fn on(&self, path: &str) -> Vec<Received> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn hmac_hex(key: &[u8], body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn event_of(r: &Received) -> (String, String) {
+    let body: Value = serde_json::from_slice(&r.body).unwrap();
+    let name = body["object"]["name"].as_str().unwrap().to_owned();
+    let event = match body["retry"].as_i64() {
+        Some(n) => format!("Retried-{n}"),
+        None => body["event"].as_str().unwrap().to_owned(),
+    };
+    (name, event)
+}
+
+#[tokio::test]
+async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their_key() {
+    use gryvia_types::{DeliveryState, GryviaJobHook};
+    let Some(s) = Setup::start("hooks", &["--enable-job-hooks".to_owned()], None).await else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    let secret = |name: &str, key: &str| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "stringData": {"secret": key}
+        }))
+        .unwrap()
+    };
+    secrets
+        .create(&PostParams::default(), &secret("hook-key", "s3cret"))
+        .await
+        .unwrap();
+    let hooks: Api<GryviaJobHook> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let hook = |name: &str, body: Value| {
+        let mut h: GryviaJobHook =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": body})).unwrap();
+        h.metadata.namespace = Some(s.ns.name.clone());
+        h
+    };
+    // Every event of team a's jobs.
+    hooks
+        .create(
+            &PostParams::default(),
+            &hook(
+                "all",
+                json!({"events": ["Started", "Retried", "Succeeded", "Failed"],
+                       "selector": {"matchLabels": {"team": "a"}},
+                       "url": format!("{}/ok", rx.url), "allowInsecure": true,
+                       "secretRef": {"name": "hook-key"}, "timeoutSeconds": 5}),
+            ),
+        )
+        .await
+        .unwrap();
+    // A receiver that is down: given up after two attempts.
+    hooks
+        .create(
+            &PostParams::default(),
+            &hook(
+                "down",
+                json!({"events": ["Failed"], "selector": {"names": ["crash"]},
+                       "url": format!("{}/down", rx.url), "allowInsecure": true,
+                       "secretRef": {"name": "hook-key"}, "maxAttempts": 2}),
+            ),
+        )
+        .await
+        .unwrap();
+    // A key that does not exist yet, and a receiver that fails each delivery once.
+    hooks
+        .create(
+            &PostParams::default(),
+            &hook(
+                "late",
+                json!({"events": ["Succeeded"], "selector": {"names": ["train"]},
+                       "url": format!("{}/flaky", rx.url), "allowInsecure": true,
+                       "secretRef": {"name": "late-key"}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    s.submit(json!({
+        "metadata": {"name": "train", "labels": {"team": "a"}},
+        "spec": {"image": "registry.local/train:1", "gpus": 1}
+    }))
+    .await;
+    s.submit(json!({
+        "metadata": {"name": "crash", "labels": {"team": "a"}},
+        "spec": {"image": "registry.local/crash:1", "gpus": 1, "retryLimit": 1,
+                 "podAnnotations": {"gryvia.io/testenv-fail": "true"}}
+    }))
+    .await;
+    s.submit(json!({
+        "metadata": {"name": "other"},
+        "spec": {"image": "registry.local/train:1", "gpus": 1}
+    }))
+    .await;
+    s.wait_phase("train", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+    s.wait_phase("other", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+    s.wait_phase("crash", JobPhase::Failed, Duration::from_secs(120))
+        .await;
+
+    // Hook "all": exactly the events of team a's jobs, each once, signed.
+    let status = |name: &'static str| {
+        let hooks = hooks.clone();
+        async move {
+            hooks
+                .get(name)
+                .await
+                .ok()
+                .and_then(|h| h.status)
+                .unwrap_or_default()
+        }
+    };
+    let expected: Vec<(String, String)> = [
+        ("crash", "Failed"),
+        ("crash", "Retried-1"),
+        ("train", "Started"),
+        ("train", "Succeeded"),
+    ]
+    .iter()
+    .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+    .collect();
+    // The failing job's pods may or may not have run long enough to count as started.
+    let events_on_ok = || {
+        let mut events: Vec<(String, String)> = rx.on("/ok").iter().map(event_of).collect();
+        events.sort();
+        events.retain(|e| e != &("crash".to_owned(), "Started".to_owned()));
+        events
+    };
+    let waited = wait_for(
+        "hook all to deliver 4 events",
+        Duration::from_secs(60),
+        || async { (events_on_ok() == expected).then_some(()) },
+    )
+    .await;
+    assert!(waited.is_ok(), "got {:?}", events_on_ok());
+    let got = rx.on("/ok");
+    let ids: std::collections::BTreeSet<&str> = got.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), got.len(), "each delivery once");
+    for r in &got {
+        assert_eq!(
+            r.signature,
+            hmac_hex(b"s3cret", &r.body),
+            "signature of {}",
+            r.id
+        );
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(body["id"], r.id.as_str());
+        assert_eq!(body["hook"]["name"], "all");
+        assert_eq!(body["object"]["namespace"], s.ns.name.as_str());
+        assert_eq!(body["object"]["kind"], "GryviaAIJob");
+    }
+    let succeeded = got
+        .iter()
+        .find(|r| event_of(r) == ("train".to_owned(), "Succeeded".to_owned()))
+        .unwrap();
+    let train = s.jobs().get("train").await.unwrap();
+    let body: Value = serde_json::from_slice(&succeeded.body).unwrap();
+    assert_eq!(body["object"]["uid"], train.uid().unwrap().as_str());
+    assert_eq!(
+        body["time"],
+        serde_json::to_value(train.status.unwrap().completion_time.unwrap()).unwrap()
+    );
+    // The status follows the receiver's answers.
+    let n = i64::try_from(got.len()).unwrap();
+    let all = wait_for(
+        "hook all to count its deliveries",
+        Duration::from_secs(30),
+        || async {
+            let st = status("all").await;
+            (st.delivered == n).then_some(st)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(all.failed, 0);
+    assert!(
+        all.deliveries
+            .iter()
+            .all(|d| d.state == DeliveryState::Delivered && d.attempts == 1)
+    );
+
+    // Hook "down": two attempts, then given up, with a Warning Event.
+    let down = wait_for("hook down to give up", Duration::from_secs(60), || async {
+        let st = status("down").await;
+        (st.failed == 1).then_some(st)
+    })
+    .await
+    .unwrap();
+    assert_eq!(down.delivered, 0);
+    let d = &down.deliveries[0];
+    assert_eq!(
+        (d.state, d.attempts, d.response_code),
+        (DeliveryState::GaveUp, 2, Some(500))
+    );
+    assert_eq!(d.error.as_deref(), Some("answered HTTP 500"));
+    assert_eq!(rx.on("/down").len(), 2);
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    let warning = wait_for(
+        "a DeliveryFailed event",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("DeliveryFailed"))
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        warning
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("failed of GryviaAIJob crash: gave up after 2 attempts"),
+        "{warning:?}"
+    );
+
+    // Hook "late": waits for its key, says so, then delivers on the second attempt.
+    let late = wait_for(
+        "hook late to hold its delivery",
+        Duration::from_secs(30),
+        || async {
+            let st = status("late").await;
+            (st.deliveries.len() == 1).then_some(st)
+        },
+    )
+    .await
+    .unwrap();
+    let ready = gryvia_types::conditions::find(&late.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "SecretMissing")
+    );
+    assert_eq!(late.deliveries.len(), 1);
+    assert_eq!(late.deliveries[0].attempts, 0);
+    assert!(rx.on("/flaky").is_empty());
+    secrets
+        .create(&PostParams::default(), &secret("late-key", "later"))
+        .await
+        .unwrap();
+    let late = wait_for("hook late to deliver", Duration::from_secs(90), || async {
+        let st = status("late").await;
+        (st.delivered == 1).then_some(st)
+    })
+    .await
+    .unwrap();
+    assert_eq!(late.deliveries[0].attempts, 2);
+    assert_eq!(late.deliveries[0].response_code, Some(200));
+    assert!(gryvia_types::conditions::is_true(&late.conditions, "Ready"));
+    let flaky = rx.on("/flaky");
+    assert_eq!(flaky.len(), 2);
+    assert_eq!(flaky[0].id, flaky[1].id, "the same delivery, sent again");
+    assert_eq!(flaky[0].body, flaky[1].body);
+    assert_eq!(flaky[1].signature, hmac_hex(b"later", &flaky[1].body));
 }

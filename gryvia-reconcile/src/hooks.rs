@@ -1,0 +1,870 @@
+//! Job hooks, as a pure function: a GryviaJobHook POSTs a signed JSON body when a watched
+//! GryviaAIJob (or GryviaWorkflow) starts, is retried, succeeds or fails.
+//!
+//! Delivery is at least once. Every event becomes a [`HookDelivery`] in the hook's status
+//! first (state `Pending`, a stable id the receiver can drop duplicates by); the executor
+//! POSTs the due ones and [`HookReconciler`]'s `record_deliveries` writes what came of each
+//! attempt: `Delivered` on a 2xx answer, otherwise another attempt after a backoff that doubles
+//! from [`FIRST_RETRY`] up to [`MAX_RETRY`], and `GaveUp` (with a Warning Event) after
+//! `spec.maxAttempts`.
+//!
+//! Which events were raised is remembered per object in `status.tracked`, so the status
+//! stays small: an object's record is dropped once the object is gone, or once it finished
+//! before `status.handledUntil`, the time up to which every finished object has been handled.
+//! That time starts at the hook's creation (a new hook does not replay history) and trails
+//! the controller's clock by [`HANDLED_LAG`] (a finished object whose status the API server
+//! had not shown yet is still seen).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use gryvia_types::conditions::{self, Status};
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::{
+    DeliveryState, GryviaAIJob, GryviaJobHook, GryviaJobHookStatus, GryviaWorkflow, HookDelivery,
+    HookEvent, HookTracked, JobPhase,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::{Delivery, EventType, Notification, Plan, Timestamp};
+
+/// How far `status.handledUntil` trails the controller's clock.
+pub const HANDLED_LAG: Duration = Duration::from_secs(300);
+/// Wait before the second attempt of a delivery; it doubles with every further attempt.
+pub const FIRST_RETRY: Duration = Duration::from_secs(5);
+/// The longest wait between two attempts.
+pub const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Finished deliveries kept in the status (the newest; pending ones are always kept).
+pub const KEPT_DELIVERIES: usize = 100;
+/// Deliveries attempted in one reconcile (the rest follow right after).
+pub const BATCH: usize = 10;
+/// How often a hook whose signing key is missing looks again.
+pub const SECRET_RECHECK: Duration = Duration::from_secs(30);
+
+/// A job or workflow as the hook sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    /// `GryviaAIJob` or `GryviaWorkflow`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// When it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Timestamp>,
+    /// Its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Retries so far.
+    #[serde(default)]
+    pub retries: i32,
+    /// When it started running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
+    /// When it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Timestamp>,
+}
+
+impl Subject {
+    /// An AI job.
+    pub fn of_job(job: &GryviaAIJob) -> Self {
+        let status = job.status.clone().unwrap_or_default();
+        Subject {
+            kind: "GryviaAIJob".to_owned(),
+            name: job.metadata.name.clone().unwrap_or_default(),
+            uid: job.metadata.uid.clone().unwrap_or_default(),
+            labels: job.metadata.labels.clone().unwrap_or_default(),
+            created: job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            phase: status.phase,
+            retries: status.retries,
+            start_time: status.start_time.map(|t| t.0),
+            completion_time: status.completion_time.map(|t| t.0),
+        }
+    }
+
+    /// A workflow: it started when its first step did; it says no time for its end.
+    pub fn of_workflow(workflow: &GryviaWorkflow) -> Self {
+        let status = workflow.status.clone().unwrap_or_default();
+        Subject {
+            kind: "GryviaWorkflow".to_owned(),
+            name: workflow.metadata.name.clone().unwrap_or_default(),
+            uid: workflow.metadata.uid.clone().unwrap_or_default(),
+            labels: workflow.metadata.labels.clone().unwrap_or_default(),
+            created: workflow.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            phase: status.phase,
+            retries: 0,
+            start_time: status
+                .steps
+                .iter()
+                .filter_map(|s| s.start_time.as_ref().map(|t| t.0))
+                .min(),
+            completion_time: None,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        matches!(self.phase, Some(JobPhase::Succeeded | JobPhase::Failed))
+    }
+}
+
+/// The signing key as observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SecretState {
+    /// The Secret exists and has the key.
+    #[default]
+    Present,
+    /// No Secret of that name in the hook's namespace.
+    Missing,
+    /// The Secret lacks the key.
+    NoKey,
+}
+
+/// What the hook reconcile knows: the jobs (and workflows, when the hook includes them) of its
+/// namespace, and whether its signing key can be read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookWorld {
+    /// Jobs and workflows of the hook's namespace (the reconcile applies the selector).
+    pub subjects: Vec<Subject>,
+    /// The signing key.
+    pub secret: SecretState,
+}
+
+/// Whether the hook watches `s`.
+pub fn selects(hook: &GryviaJobHook, s: &Subject) -> bool {
+    let sel = &hook.spec.selector;
+    let kind_ok = s.kind == "GryviaAIJob" || (sel.include_workflows && s.kind == "GryviaWorkflow");
+    kind_ok
+        && (sel.names.is_empty() || sel.names.contains(&s.name))
+        && sel
+            .match_labels
+            .iter()
+            .all(|(k, v)| s.labels.get(k) == Some(v))
+}
+
+/// The wait after `attempts` failed attempts before the next one.
+pub fn backoff(attempts: i32) -> Duration {
+    let doublings = u32::try_from(attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(0);
+    FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
+}
+
+fn plus(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(t)
+}
+
+fn minus(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_sub(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO))
+        .unwrap_or(t)
+}
+
+/// When a pending delivery is due (now for a first attempt).
+fn due_at(d: &HookDelivery) -> Option<Timestamp> {
+    match &d.last_attempt {
+        Some(t) if d.attempts > 0 => Some(plus(t.0, backoff(d.attempts))),
+        _ => None,
+    }
+}
+
+/// What the hook has seen of `s` when it has no record of it.
+fn first_sight(s: &Subject, created: Timestamp, handled_until: Timestamp) -> HookTracked {
+    let everything = HookTracked {
+        uid: s.uid.clone(),
+        started: s.start_time.is_some(),
+        retries: s.retries,
+        finished: s.finished(),
+    };
+    if s.finished() && s.completion_time.is_some_and(|t| t <= handled_until) {
+        // Handled before, and its record dropped since.
+        return everything;
+    }
+    if s.created.is_some_and(|c| c < created) {
+        // It was there before the hook: what it did then is history, not an event. Only what
+        // carries a time after the hook's creation is new.
+        return HookTracked {
+            started: s.start_time.is_none_or(|t| t < created),
+            finished: s.finished() && s.completion_time.is_none_or(|t| t < created),
+            ..everything
+        };
+    }
+    HookTracked {
+        uid: s.uid.clone(),
+        started: false,
+        retries: 0,
+        finished: false,
+    }
+}
+
+fn event_slug(event: HookEvent, retry: Option<i32>) -> String {
+    match (event, retry) {
+        (HookEvent::Retried, Some(n)) => format!("retried-{n}"),
+        (e, _) => format!("{e:?}").to_lowercase(),
+    }
+}
+
+/// The JSON body of a delivery (the same on every attempt).
+pub fn body(hook: &GryviaJobHook, d: &HookDelivery) -> serde_json::Value {
+    let namespace = hook.metadata.namespace.clone().unwrap_or_default();
+    let mut body = json!({
+        "id": d.id,
+        "event": d.event,
+        "hook": {"namespace": namespace, "name": hook.metadata.name},
+        "object": {"kind": d.kind, "namespace": namespace, "name": d.name, "uid": d.uid},
+    });
+    if let Some(n) = d.retry {
+        body["retry"] = json!(n);
+    }
+    if let Some(t) = &d.time {
+        body["time"] = json!(t);
+    }
+    body
+}
+
+/// The GryviaJobHook controller's policy.
+#[derive(Clone, Debug, Default)]
+pub struct HookReconciler;
+
+impl crate::Reconcile for HookReconciler {
+    type Object = GryviaJobHook;
+    type World = HookWorld;
+    type Status = GryviaJobHookStatus;
+
+    fn name(&self) -> &'static str {
+        "gryvia-job-hooks"
+    }
+
+    fn reconcile(
+        &self,
+        hook: &GryviaJobHook,
+        world: &HookWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaJobHookStatus> {
+        let mut plan = Plan::new();
+        let current = hook.status.clone().unwrap_or_default();
+        let mut status = current.clone();
+        let created = hook
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        let handled_until = status.handled_until.as_ref().map_or(created, |t| t.0);
+        let next_handled = handled_until.max(minus(now, HANDLED_LAG));
+        let hook_uid = hook.metadata.uid.clone().unwrap_or_default();
+        let wanted: BTreeSet<HookEvent> = hook.spec.events.iter().copied().collect();
+
+        // Raise the events of every watched object.
+        let mut seen: BTreeMap<String, HookTracked> = status
+            .tracked
+            .drain(..)
+            .map(|t| (t.uid.clone(), t))
+            .collect();
+        let mut subjects: Vec<&Subject> =
+            world.subjects.iter().filter(|s| selects(hook, s)).collect();
+        subjects.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+        let mut prune_at: Option<Timestamp> = None;
+        for s in subjects {
+            let mut rec = seen
+                .remove(&s.uid)
+                .unwrap_or_else(|| first_sight(s, created, handled_until));
+            let mut raised: Vec<(HookEvent, Option<i32>, Option<Timestamp>)> = Vec::new();
+            if !rec.started && s.start_time.is_some() {
+                rec.started = true;
+                raised.push((HookEvent::Started, None, s.start_time));
+            }
+            for n in rec.retries + 1..=s.retries {
+                raised.push((HookEvent::Retried, Some(n), None));
+            }
+            rec.retries = rec.retries.max(s.retries);
+            if !rec.finished && s.finished() {
+                rec.finished = true;
+                let event = if s.phase == Some(JobPhase::Succeeded) {
+                    HookEvent::Succeeded
+                } else {
+                    HookEvent::Failed
+                };
+                raised.push((event, None, s.completion_time));
+            }
+            for (event, retry, time) in raised {
+                if !wanted.contains(&event) {
+                    continue;
+                }
+                status.deliveries.push(HookDelivery {
+                    id: format!("{hook_uid}.{}.{}", s.uid, event_slug(event, retry)),
+                    kind: s.kind.clone(),
+                    name: s.name.clone(),
+                    uid: s.uid.clone(),
+                    event,
+                    retry,
+                    time: time.map(Time),
+                    attempts: 0,
+                    last_attempt: None,
+                    response_code: None,
+                    error: None,
+                    state: DeliveryState::Pending,
+                });
+            }
+            // A finished object needs no record once every later reconcile treats it as
+            // handled (it finished at or before `handledUntil`).
+            match s.completion_time {
+                Some(t) if rec.finished && t <= next_handled => {}
+                Some(t) if rec.finished => {
+                    let at = plus(t, HANDLED_LAG);
+                    prune_at = Some(prune_at.map_or(at, |p| p.min(at)));
+                    status.tracked.push(rec);
+                }
+                _ => status.tracked.push(rec),
+            }
+        }
+        status.handled_until = Some(Time(next_handled));
+
+        // Keep every pending delivery and the newest finished ones.
+        let done = status
+            .deliveries
+            .iter()
+            .filter(|d| d.state != DeliveryState::Pending)
+            .count();
+        let mut drop = done.saturating_sub(KEPT_DELIVERIES);
+        status.deliveries.retain(|d| {
+            if drop > 0 && d.state != DeliveryState::Pending {
+                drop -= 1;
+                return false;
+            }
+            true
+        });
+
+        // Send what is due, when the key can be read.
+        let namespace = hook.metadata.namespace.clone().unwrap_or_default();
+        let ready = match world.secret {
+            SecretState::Present => conditions::new(
+                conditions::READY,
+                Status::True,
+                "Watching",
+                "signing key found; deliveries are sent",
+                hook.metadata.generation,
+                now,
+            ),
+            ref missing => conditions::new(
+                conditions::READY,
+                Status::False,
+                "SecretMissing",
+                match missing {
+                    SecretState::NoKey => format!(
+                        "secret {}/{} has no key {:?}: deliveries wait until it has",
+                        namespace, hook.spec.secret_ref.name, hook.spec.secret_ref.key
+                    ),
+                    _ => format!(
+                        "secret {}/{} does not exist: deliveries wait until it does",
+                        namespace, hook.spec.secret_ref.name
+                    ),
+                },
+                hook.metadata.generation,
+                now,
+            ),
+        };
+        let can_send = world.secret == SecretState::Present;
+        conditions::set(&mut status.conditions, ready);
+        let mut sent = 0;
+        for d in status
+            .deliveries
+            .iter()
+            .filter(|d| d.state == DeliveryState::Pending)
+        {
+            let due = due_at(d);
+            if !can_send {
+                plan.requeue(SECRET_RECHECK);
+            } else if due.is_none_or(|t| t <= now) && sent < BATCH {
+                sent += 1;
+                plan.notifications.push(Notification {
+                    id: d.id.clone(),
+                    url: hook.spec.url.clone(),
+                    secret: Some((
+                        namespace.clone(),
+                        hook.spec.secret_ref.name.clone(),
+                        hook.spec.secret_ref.key.clone(),
+                    )),
+                    body: body(hook, d),
+                    timeout_ms: u64::try_from(hook.spec.timeout_seconds)
+                        .ok()
+                        .map(|s| s * 1000),
+                });
+            } else {
+                let wait = due.map_or(Duration::from_secs(1), |t| {
+                    Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
+                });
+                plan.requeue(wait.max(Duration::from_secs(1)));
+            }
+        }
+        if let Some(at) = prune_at {
+            let wait = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
+            plan.requeue(wait.max(Duration::from_secs(1)));
+        }
+        // `handledUntil` moves with the clock; write it only along with a real change.
+        let mut unchanged = status.clone();
+        unchanged.handled_until = current.handled_until.clone();
+        if unchanged != current || !plan.notifications.is_empty() {
+            plan.status = Some(status);
+        }
+        plan
+    }
+
+    fn record_deliveries(
+        &self,
+        hook: &GryviaJobHook,
+        plan: &mut Plan<GryviaJobHookStatus>,
+        deliveries: &[Delivery],
+        now: Timestamp,
+    ) -> bool {
+        let status = plan
+            .status
+            .get_or_insert_with(|| hook.status.clone().unwrap_or_default());
+        let mut gave_up = Vec::new();
+        let mut retry_in: Option<Duration> = None;
+        for outcome in deliveries {
+            let Some(d) = status.deliveries.iter_mut().find(|d| d.id == outcome.id) else {
+                continue;
+            };
+            d.attempts += 1;
+            d.last_attempt = Some(Time(now));
+            d.response_code = outcome.status.map(i32::from);
+            d.error = outcome.failure();
+            if outcome.succeeded() {
+                d.state = DeliveryState::Delivered;
+                status.delivered += 1;
+            } else if d.attempts >= hook.spec.max_attempts {
+                d.state = DeliveryState::GaveUp;
+                status.failed += 1;
+                gave_up.push(format!(
+                    "{} of {} {}: gave up after {} attempts, last: {}",
+                    event_slug(d.event, d.retry),
+                    d.kind,
+                    d.name,
+                    d.attempts,
+                    d.error.clone().unwrap_or_default()
+                ));
+            } else {
+                let wait = backoff(d.attempts);
+                retry_in = Some(retry_in.map_or(wait, |r| r.min(wait)));
+            }
+        }
+        if let Some(wait) = retry_in {
+            plan.requeue(wait);
+        }
+        for message in gave_up {
+            plan.event(EventType::Warning, "DeliveryFailed", message);
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reconcile;
+    use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use gryvia_types::{GryviaJobHookSpec, HookSelector, SecretKeyRef};
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn hook(events: &[HookEvent]) -> GryviaJobHook {
+        let mut h = GryviaJobHook::new(
+            "notify",
+            GryviaJobHookSpec {
+                events: events.to_vec(),
+                selector: HookSelector {
+                    match_labels: [("team".to_owned(), "a".to_owned())].into(),
+                    ..HookSelector::default()
+                },
+                url: "https://hooks.example/in".to_owned(),
+                allow_insecure: false,
+                secret_ref: SecretKeyRef {
+                    name: "hook-key".to_owned(),
+                    key: "secret".to_owned(),
+                },
+                timeout_seconds: 3,
+                max_attempts: 3,
+            },
+        );
+        h.metadata = ObjectMeta {
+            name: Some("notify".to_owned()),
+            namespace: Some("ml".to_owned()),
+            uid: Some("hook-uid".to_owned()),
+            generation: Some(1),
+            creation_timestamp: Some(Time(ts("2026-01-01T10:00:00Z"))),
+            ..ObjectMeta::default()
+        };
+        h
+    }
+
+    fn job(name: &str, created: &str) -> Subject {
+        Subject {
+            kind: "GryviaAIJob".to_owned(),
+            name: name.to_owned(),
+            uid: format!("{name}-uid"),
+            labels: [("team".to_owned(), "a".to_owned())].into(),
+            created: Some(ts(created)),
+            phase: Some(JobPhase::Pending),
+            retries: 0,
+            start_time: None,
+            completion_time: None,
+        }
+    }
+
+    fn world(subjects: Vec<Subject>) -> HookWorld {
+        HookWorld {
+            subjects,
+            secret: SecretState::Present,
+        }
+    }
+
+    const ALL: [HookEvent; 4] = [
+        HookEvent::Started,
+        HookEvent::Retried,
+        HookEvent::Succeeded,
+        HookEvent::Failed,
+    ];
+
+    /// Applies a reconcile's status to the hook, with every delivery answered `answer`.
+    fn step(
+        h: &mut GryviaJobHook,
+        w: &HookWorld,
+        now: Timestamp,
+        answer: Option<u16>,
+    ) -> Plan<GryviaJobHookStatus> {
+        let mut plan = HookReconciler.reconcile(h, w, now);
+        let deliveries: Vec<Delivery> = plan
+            .notifications
+            .iter()
+            .map(|n| Delivery {
+                id: n.id.clone(),
+                status: answer,
+                error: answer.is_none().then(|| "connection refused".to_owned()),
+            })
+            .collect();
+        if !deliveries.is_empty() {
+            assert!(HookReconciler.record_deliveries(h, &mut plan, &deliveries, now));
+        }
+        if let Some(s) = &plan.status {
+            h.status = Some(s.clone());
+        }
+        plan
+    }
+
+    #[test]
+    fn a_job_raises_started_retried_and_succeeded_once_each() {
+        let mut h = hook(&ALL);
+        let mut j = job("train", "2026-01-01T10:01:00Z");
+        let t = ts("2026-01-01T10:02:00Z");
+        let plan = step(&mut h, &world(vec![j.clone()]), t, Some(200));
+        assert!(plan.notifications.is_empty());
+
+        j.phase = Some(JobPhase::Running);
+        j.start_time = Some(ts("2026-01-01T10:02:30Z"));
+        let plan = step(
+            &mut h,
+            &world(vec![j.clone()]),
+            ts("2026-01-01T10:03:00Z"),
+            Some(200),
+        );
+        assert_eq!(plan.notifications.len(), 1);
+        let n = &plan.notifications[0];
+        assert_eq!(n.id, "hook-uid.train-uid.started");
+        assert_eq!(n.body["event"], "Started");
+        assert_eq!(n.body["object"]["name"], "train");
+        assert_eq!(n.body["object"]["namespace"], "ml");
+        assert_eq!(n.body["time"], "2026-01-01T10:02:30Z");
+        assert_eq!(n.timeout_ms, Some(3000));
+        assert_eq!(
+            n.secret,
+            Some(("ml".into(), "hook-key".into(), "secret".into()))
+        );
+        // Nothing new: nothing sent, nothing written.
+        let plan = step(
+            &mut h,
+            &world(vec![j.clone()]),
+            ts("2026-01-01T10:03:10Z"),
+            Some(200),
+        );
+        assert!(plan.is_noop(), "{:?}", plan.summary());
+
+        j.retries = 2;
+        j.phase = Some(JobPhase::Succeeded);
+        j.completion_time = Some(ts("2026-01-01T10:09:00Z"));
+        let plan = step(
+            &mut h,
+            &world(vec![j.clone()]),
+            ts("2026-01-01T10:09:05Z"),
+            Some(204),
+        );
+        let ids: Vec<&str> = plan.notifications.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "hook-uid.train-uid.retried-1",
+                "hook-uid.train-uid.retried-2",
+                "hook-uid.train-uid.succeeded"
+            ]
+        );
+        assert_eq!(plan.notifications[1].body["retry"], 2);
+        let st = h.status.clone().unwrap();
+        assert_eq!(st.delivered, 4);
+        assert!(
+            st.deliveries
+                .iter()
+                .all(|d| d.state == DeliveryState::Delivered && d.attempts == 1)
+        );
+        // The finished job's record goes once handledUntil passes its end.
+        assert_eq!(st.tracked.len(), 1);
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(295)));
+        let plan = step(
+            &mut h,
+            &world(vec![j.clone()]),
+            ts("2026-01-01T10:14:01Z"),
+            Some(200),
+        );
+        assert!(plan.notifications.is_empty());
+        let st = h.status.clone().unwrap();
+        assert!(st.tracked.is_empty());
+        assert_eq!(
+            st.handled_until.unwrap().0,
+            ts("2026-01-01T10:09:01Z"),
+            "trails the clock by five minutes"
+        );
+        // And it stays handled.
+        let plan = step(
+            &mut h,
+            &world(vec![j]),
+            ts("2026-01-01T11:00:00Z"),
+            Some(200),
+        );
+        assert!(plan.notifications.is_empty());
+    }
+
+    #[test]
+    fn only_subscribed_events_of_selected_jobs_are_sent() {
+        let mut h = hook(&[HookEvent::Failed]);
+        let mut a = job("a", "2026-01-01T10:01:00Z");
+        a.phase = Some(JobPhase::Failed);
+        a.start_time = Some(ts("2026-01-01T10:01:10Z"));
+        a.completion_time = Some(ts("2026-01-01T10:01:20Z"));
+        a.retries = 1;
+        let mut other = a.clone();
+        other.name = "other".into();
+        other.uid = "other-uid".into();
+        other.labels.insert("team".into(), "b".into());
+        let mut wf = a.clone();
+        wf.kind = "GryviaWorkflow".into();
+        wf.uid = "wf-uid".into();
+        let plan = step(
+            &mut h,
+            &world(vec![a, other, wf.clone()]),
+            ts("2026-01-01T10:02:00Z"),
+            Some(200),
+        );
+        let ids: Vec<&str> = plan.notifications.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(ids, ["hook-uid.a-uid.failed"]);
+
+        let mut h = hook(&[HookEvent::Failed]);
+        h.spec.selector.include_workflows = true;
+        let plan = step(
+            &mut h,
+            &world(vec![wf]),
+            ts("2026-01-01T10:02:00Z"),
+            Some(200),
+        );
+        assert_eq!(
+            plan.notifications[0].body["object"]["kind"],
+            "GryviaWorkflow"
+        );
+    }
+
+    #[test]
+    fn history_from_before_the_hook_is_not_replayed() {
+        let mut h = hook(&ALL);
+        // Finished before the hook existed.
+        let mut old = job("old", "2026-01-01T09:00:00Z");
+        old.phase = Some(JobPhase::Succeeded);
+        old.start_time = Some(ts("2026-01-01T09:01:00Z"));
+        old.completion_time = Some(ts("2026-01-01T09:30:00Z"));
+        // Running since before the hook, retried once then; it finishes afterwards.
+        let mut running = job("running", "2026-01-01T09:00:00Z");
+        running.phase = Some(JobPhase::Running);
+        running.start_time = Some(ts("2026-01-01T09:01:00Z"));
+        running.retries = 1;
+        let plan = step(
+            &mut h,
+            &world(vec![old.clone(), running.clone()]),
+            ts("2026-01-01T10:00:05Z"),
+            Some(200),
+        );
+        assert!(plan.notifications.is_empty(), "{:?}", plan.summary());
+        running.retries = 2;
+        running.phase = Some(JobPhase::Failed);
+        running.completion_time = Some(ts("2026-01-01T10:05:00Z"));
+        let plan = step(
+            &mut h,
+            &world(vec![old, running]),
+            ts("2026-01-01T10:05:01Z"),
+            Some(200),
+        );
+        let ids: Vec<&str> = plan.notifications.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "hook-uid.running-uid.retried-2",
+                "hook-uid.running-uid.failed"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_job_that_finished_while_the_controller_was_away_is_still_announced() {
+        let mut h = hook(&[HookEvent::Succeeded]);
+        let j = job("a", "2026-01-01T10:01:00Z");
+        step(
+            &mut h,
+            &world(vec![j.clone()]),
+            ts("2026-01-01T10:02:00Z"),
+            Some(200),
+        );
+        // Back after two hours; the job ended an hour ago.
+        let mut done = j;
+        done.phase = Some(JobPhase::Succeeded);
+        done.completion_time = Some(ts("2026-01-01T11:00:00Z"));
+        let plan = step(
+            &mut h,
+            &world(vec![done]),
+            ts("2026-01-01T12:00:00Z"),
+            Some(200),
+        );
+        assert_eq!(plan.notifications.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_delivery_is_retried_with_backoff_then_given_up() {
+        let mut h = hook(&[HookEvent::Started]);
+        let mut j = job("a", "2026-01-01T10:01:00Z");
+        j.start_time = Some(ts("2026-01-01T10:01:30Z"));
+        let w = world(vec![j]);
+        let t0 = ts("2026-01-01T10:02:00Z");
+        let plan = step(&mut h, &w, t0, Some(503));
+        assert_eq!(plan.notifications.len(), 1);
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(5)));
+        let d = &h.status.as_ref().unwrap().deliveries[0];
+        assert_eq!(
+            (d.attempts, d.state, d.response_code),
+            (1, DeliveryState::Pending, Some(503))
+        );
+        assert_eq!(d.error.as_deref(), Some("answered HTTP 503"));
+        // Not due yet: nothing sent, a wake-up at the due time.
+        let plan = step(&mut h, &w, ts("2026-01-01T10:02:02Z"), Some(503));
+        assert!(plan.notifications.is_empty());
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(3)));
+        let plan = step(&mut h, &w, ts("2026-01-01T10:02:05Z"), None);
+        assert_eq!(plan.notifications.len(), 1);
+        assert_eq!(
+            plan.requeue_after(),
+            Some(Duration::from_secs(10)),
+            "doubled"
+        );
+        let plan = step(&mut h, &w, ts("2026-01-01T10:02:15Z"), Some(500));
+        assert_eq!(plan.notifications.len(), 1);
+        let st = h.status.clone().unwrap();
+        assert_eq!((st.delivered, st.failed), (0, 1));
+        assert_eq!(st.deliveries[0].state, DeliveryState::GaveUp);
+        assert_eq!(st.deliveries[0].attempts, 3);
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].reason, "DeliveryFailed");
+        assert!(
+            plan.events[0].message.contains("gave up after 3 attempts"),
+            "{}",
+            plan.events[0].message
+        );
+        // Given up is final.
+        let plan = step(&mut h, &w, ts("2026-01-01T11:00:00Z"), Some(200));
+        assert!(plan.notifications.is_empty());
+    }
+
+    #[test]
+    fn without_the_signing_key_deliveries_wait_and_the_hook_says_why() {
+        let mut h = hook(&[HookEvent::Started]);
+        let mut j = job("a", "2026-01-01T10:01:00Z");
+        j.start_time = Some(ts("2026-01-01T10:01:30Z"));
+        let mut w = world(vec![j]);
+        w.secret = SecretState::Missing;
+        let plan = step(&mut h, &w, ts("2026-01-01T10:02:00Z"), Some(200));
+        assert!(plan.notifications.is_empty());
+        assert_eq!(plan.requeue_after(), Some(SECRET_RECHECK));
+        let st = h.status.clone().unwrap();
+        let ready = conditions::find(&st.conditions, conditions::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "SecretMissing")
+        );
+        assert_eq!(
+            ready.message,
+            "secret ml/hook-key does not exist: deliveries wait until it does"
+        );
+        assert_eq!(st.deliveries[0].attempts, 0);
+        w.secret = SecretState::Present;
+        let plan = step(&mut h, &w, ts("2026-01-01T10:03:00Z"), Some(200));
+        assert_eq!(plan.notifications.len(), 1);
+        let st = h.status.unwrap();
+        assert!(conditions::is_true(&st.conditions, conditions::READY));
+        assert_eq!(st.delivered, 1);
+    }
+
+    #[test]
+    fn deliveries_go_out_in_batches_and_old_ones_are_dropped() {
+        let mut h = hook(&[HookEvent::Succeeded]);
+        let jobs: Vec<Subject> = (0..150)
+            .map(|i| {
+                let mut j = job(&format!("j{i:03}"), "2026-01-01T10:01:00Z");
+                j.phase = Some(JobPhase::Succeeded);
+                j.completion_time = Some(ts("2026-01-01T10:02:00Z"));
+                j
+            })
+            .collect();
+        let w = world(jobs);
+        let plan = step(&mut h, &w, ts("2026-01-01T10:03:00Z"), Some(200));
+        assert_eq!(plan.notifications.len(), BATCH);
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(1)));
+        let mut t = ts("2026-01-01T10:03:00Z");
+        for _ in 0..20 {
+            t = plus(t, Duration::from_secs(1));
+            step(&mut h, &w, t, Some(200));
+        }
+        let st = h.status.unwrap();
+        assert_eq!(st.delivered, 150);
+        assert_eq!(st.deliveries.len(), KEPT_DELIVERIES);
+        assert_eq!(st.deliveries[0].name, "j050", "the oldest went first");
+    }
+
+    #[test]
+    fn a_second_reconcile_after_the_plan_is_a_noop() {
+        let mut h = hook(&ALL);
+        let mut j = job("a", "2026-01-01T10:01:00Z");
+        j.phase = Some(JobPhase::Running);
+        j.start_time = Some(ts("2026-01-01T10:01:30Z"));
+        let w = world(vec![j]);
+        step(&mut h, &w, ts("2026-01-01T10:02:00Z"), Some(200));
+        let again = HookReconciler.reconcile(&h, &w, ts("2026-01-01T10:02:01Z"));
+        assert!(again.is_noop(), "{:?}", again.summary());
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap() {
+        assert_eq!(backoff(1), Duration::from_secs(5));
+        assert_eq!(backoff(2), Duration::from_secs(10));
+        assert_eq!(backoff(4), Duration::from_secs(40));
+        assert_eq!(backoff(20), MAX_RETRY);
+    }
+}
