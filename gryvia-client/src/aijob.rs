@@ -1,6 +1,7 @@
 //! The observe half and the wiring of the ai-operator's controllers: GryviaAIJob (batch Jobs,
 //! retries, failure classification), GryviaTemplate (validity, job count) and GryviaPriority
-//! (PriorityClasses); GryviaReservation and GryviaJobHook (`crate::hooks`) when enabled. The policy is in `gryvia_reconcile::{aijob, template, priority}`.
+//! (PriorityClasses), GryviaWorkflow (`crate::workflow`); GryviaReservation and GryviaJobHook
+//! (`crate::hooks`) when enabled. The policy is in `gryvia_reconcile::{aijob, template, priority}`.
 
 use std::collections::BTreeMap;
 
@@ -299,7 +300,8 @@ pub fn controllers(
                 run(tpl_ctrl, tpl_ctx),
                 run(prio_ctrl, prio_ctx),
                 reservations,
-                job_hooks
+                job_hooks,
+                crate::workflow::run_controller(client.clone(), metrics.clone())
             );
         })
     })

@@ -18,6 +18,7 @@ pub mod resources;
 pub mod runtime;
 pub mod tenancy;
 pub mod webhook;
+pub mod workflow;
 
 use std::time::Duration;
 

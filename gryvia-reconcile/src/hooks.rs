@@ -89,9 +89,11 @@ impl Subject {
         }
     }
 
-    /// A workflow: it started when its first step did; it says no time for its end.
+    /// A workflow: it started when its first step did and, once finished, ended when its
+    /// last step did.
     pub fn of_workflow(workflow: &GryviaWorkflow) -> Self {
         let status = workflow.status.clone().unwrap_or_default();
+        let finished = matches!(status.phase, Some(JobPhase::Succeeded | JobPhase::Failed));
         Subject {
             kind: "GryviaWorkflow".to_owned(),
             name: workflow.metadata.name.clone().unwrap_or_default(),
@@ -105,7 +107,12 @@ impl Subject {
                 .iter()
                 .filter_map(|s| s.start_time.as_ref().map(|t| t.0))
                 .min(),
-            completion_time: None,
+            completion_time: status
+                .steps
+                .iter()
+                .filter_map(|s| s.completion_time.as_ref().map(|t| t.0))
+                .max()
+                .filter(|_| finished),
         }
     }
 

@@ -27,6 +27,7 @@ pub mod priority;
 pub mod reservation;
 pub mod template;
 pub mod tenancy;
+pub mod workflow;
 
 pub use plan::{
     Child, Delivery, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan, Taint,

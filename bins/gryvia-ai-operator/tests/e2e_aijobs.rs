@@ -1282,3 +1282,192 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
     assert_eq!(flaky[0].body, flaky[1].body);
     assert_eq!(flaky[1].signature, hmac_hex(b"later", &flaky[1].body));
 }
+
+#[tokio::test]
+async fn a_workflow_runs_its_steps_in_dependency_order_and_a_hook_announces_it() {
+    use gryvia_types::GryviaWorkflow;
+    let Some(s) = Setup::start("workflow", &["--enable-job-hooks".to_owned()], None).await else {
+        return;
+    };
+    let rx = Receiver::start().await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "hook-key"}, "stringData": {"secret": "wf"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let hook: gryvia_types::GryviaJobHook = serde_json::from_value(json!({
+        "metadata": {"name": "pipeline", "namespace": s.ns.name},
+        "spec": {"events": ["Started", "Succeeded", "Failed"],
+                 "selector": {"names": ["pipe"], "includeWorkflows": true},
+                 "url": format!("{}/ok", rx.url), "allowInsecure": true,
+                 "secretRef": {"name": "hook-key"}}
+    }))
+    .unwrap();
+    Api::<gryvia_types::GryviaJobHook>::namespaced(s.client.clone(), &s.ns.name)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+
+    let workflows: Api<GryviaWorkflow> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let create = |body: Value| {
+        let workflows = workflows.clone();
+        async move {
+            let wf: GryviaWorkflow = serde_json::from_value(body).unwrap();
+            workflows.create(&PostParams::default(), &wf).await.unwrap()
+        }
+    };
+    let step = |name: &str, deps: &[&str]| {
+        json!({"name": name, "dependsOn": deps,
+               "job": {"image": format!("registry.local/{name}:1"), "gpus": 1}})
+    };
+    // A diamond: prepare, then two trainings at once, then evaluate.
+    create(json!({
+        "metadata": {"name": "pipe"},
+        "spec": {"steps": [step("prepare", &[]), step("train-a", &["prepare"]),
+                           step("train-b", &["prepare"]), step("evaluate", &["train-a", "train-b"])]}
+    }))
+    .await;
+    // A failing first step: its dependent never runs.
+    create(json!({
+        "metadata": {"name": "stop"},
+        "spec": {"steps": [
+            {"name": "bad", "job": {"image": "registry.local/bad:1", "gpus": 1, "retryLimit": 0,
+                                    "podAnnotations": {"gryvia.io/testenv-fail": "true"}}},
+            step("after", &["bad"])]}
+    }))
+    .await;
+    // A cycle the API server cannot see (every dependency names a step).
+    create(json!({
+        "metadata": {"name": "cyc"},
+        "spec": {"steps": [step("a", &["b"]), step("b", &["a"])]}
+    }))
+    .await;
+
+    let wait_phase = |name: &'static str, phase: JobPhase| {
+        let workflows = workflows.clone();
+        async move {
+            let result = wait_for(
+                &format!("workflow {name} {phase:?}"),
+                Duration::from_secs(150),
+                || {
+                    let workflows = workflows.clone();
+                    async move {
+                        let wf = workflows.get(name).await.ok()?;
+                        (wf.status.as_ref()?.phase == Some(phase)).then_some(wf)
+                    }
+                },
+            )
+            .await;
+            match result {
+                Ok(wf) => wf,
+                Err(e) => panic!(
+                    "{e:#}; now: {:?}",
+                    workflows.get(name).await.map(|w| w.status)
+                ),
+            }
+        }
+    };
+    let pipe = wait_phase("pipe", JobPhase::Succeeded).await;
+    let st = pipe.status.unwrap();
+    assert_eq!(st.succeeded_steps, 4);
+    let names: Vec<_> = st
+        .steps
+        .iter()
+        .map(|s| s.job_name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pipe-prepare",
+            "pipe-train-a",
+            "pipe-train-b",
+            "pipe-evaluate"
+        ]
+    );
+    // Each step's job was created only after its dependencies had finished.
+    let jobs = s.jobs();
+    let job = |name: &str| {
+        let jobs = jobs.clone();
+        let name = name.to_owned();
+        async move { jobs.get(&name).await.unwrap() }
+    };
+    let created = |j: &GryviaAIJob| j.metadata.creation_timestamp.clone().unwrap().0;
+    let ended = |j: &GryviaAIJob| j.status.clone().unwrap().completion_time.unwrap().0;
+    let prepare = job("pipe-prepare").await;
+    let (a, b) = (job("pipe-train-a").await, job("pipe-train-b").await);
+    let evaluate = job("pipe-evaluate").await;
+    assert!(created(&a) >= ended(&prepare) && created(&b) >= ended(&prepare));
+    assert!(created(&evaluate) >= ended(&a).max(ended(&b)));
+    assert_eq!(
+        evaluate
+            .labels()
+            .get("gryvia.io/workflow-step")
+            .map(String::as_str),
+        Some("evaluate")
+    );
+    assert_eq!(
+        evaluate.owner_references()[0].uid,
+        pipe.metadata.uid.clone().unwrap()
+    );
+
+    let stop = wait_phase("stop", JobPhase::Failed).await;
+    let st = stop.status.unwrap();
+    let ready = gryvia_types::conditions::find(&st.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.reason.as_str(), ready.message.as_str()),
+        ("StepFailed", "step bad failed")
+    );
+    assert!(jobs.get_opt("stop-after").await.unwrap().is_none());
+    assert_eq!(st.steps[1].phase, JobPhase::Pending);
+
+    let cyc = wait_phase("cyc", JobPhase::Failed).await;
+    let ready = gryvia_types::conditions::find(&cyc.status.unwrap().conditions, "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.reason, "InvalidSpec");
+    assert_eq!(ready.message, "spec.steps: dependency cycle a -> b -> a");
+    assert!(jobs.get_opt("cyc-a").await.unwrap().is_none());
+
+    // The hook saw the workflow start and succeed (and nothing of its jobs).
+    let events = || {
+        let mut e: Vec<(String, String)> = rx.on("/ok").iter().map(event_of).collect();
+        e.sort();
+        e
+    };
+    let want = vec![
+        ("pipe".to_owned(), "Started".to_owned()),
+        ("pipe".to_owned(), "Succeeded".to_owned()),
+    ];
+    let waited = wait_for(
+        "the hook to announce the workflow",
+        Duration::from_secs(30),
+        || async { (events() == want).then_some(()) },
+    )
+    .await;
+    assert!(waited.is_ok(), "got {:?}", events());
+    let body: Value = serde_json::from_slice(&rx.on("/ok")[0].body).unwrap();
+    assert_eq!(body["object"]["kind"], "GryviaWorkflow");
+
+    // Deleting the workflow deletes its steps' jobs (owner references).
+    workflows
+        .delete("pipe", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the steps' jobs to go", Duration::from_secs(60), || async {
+        let left = jobs
+            .list(&ListParams::default().labels("gryvia.io/workflow=pipe"))
+            .await
+            .ok()?
+            .items;
+        left.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+}
