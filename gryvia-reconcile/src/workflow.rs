@@ -260,7 +260,7 @@ impl crate::Reconcile for WorkflowReconciler {
 
         let mut invalid = check(workflow);
         let mut waiting_for: Option<String> = None;
-        let mut starting: Vec<&WorkflowStep> = Vec::new();
+        let mut starting: Vec<(&WorkflowStep, Child)> = Vec::new();
         if invalid.is_none()
             && (failed.is_empty()
                 || workflow.spec.failure_policy == FailurePolicy::ContinueIndependent)
@@ -279,26 +279,14 @@ impl crate::Reconcile for WorkflowReconciler {
                 if !ready {
                     continue;
                 }
-                match step_job(workflow, s, world) {
-                    Ok(job) => match serde_json::to_value(&job)
+                let child = step_job(workflow, s, world).and_then(|job| {
+                    serde_json::to_value(&job)
                         .map_err(|e| e.to_string())
                         .and_then(|v| Child::from_json(v).map_err(|e| e.to_string()))
-                    {
-                        Ok(child) => {
-                            plan.apply_child(child);
-                            plan.event(
-                                EventType::Normal,
-                                "StepStarted",
-                                format!(
-                                    "step {} started as GryviaAIJob {}",
-                                    s.name,
-                                    job.metadata.name.unwrap_or_default()
-                                ),
-                            );
-                            starting.push(s);
-                        }
-                        Err(e) => invalid = Some(format!("spec.steps[{}]: {e}", s.name)),
-                    },
+                        .map_err(|e| Some(format!("spec.steps[{}]: {e}", s.name)))
+                });
+                match child {
+                    Ok(child) => starting.push((s, child)),
                     Err(None) => {
                         let t = s
                             .template_ref
@@ -312,19 +300,24 @@ impl crate::Reconcile for WorkflowReconciler {
                         plan.requeue(TEMPLATE_RECHECK);
                     }
                     Err(Some(reason)) => {
+                        // Nothing starts from an invalid spec (steps already running finish).
                         invalid = Some(reason);
+                        starting.clear();
+                        break;
                     }
-                }
-                if invalid.is_some() {
-                    break;
                 }
             }
         }
-        if invalid.is_some() {
-            // Nothing starts from an invalid spec (steps already running finish).
-            plan.apply.clear();
-            plan.events.clear();
-            starting.clear();
+        for (s, child) in &starting {
+            plan.event(
+                EventType::Normal,
+                "StepStarted",
+                format!(
+                    "step {} started as GryviaAIJob {}",
+                    s.name, child.object_ref.name
+                ),
+            );
+            plan.apply_child(child.clone());
         }
 
         // Status: steps in spec order.
@@ -332,7 +325,7 @@ impl crate::Reconcile for WorkflowReconciler {
             .iter()
             .map(|s| {
                 let job = jobs.get(s.name.as_str());
-                let started = starting.iter().any(|t| t.name == s.name);
+                let started = starting.iter().any(|(t, _)| t.name == s.name);
                 StepStatus {
                     name: s.name.clone(),
                     phase: phase_of(&s.name).unwrap_or(JobPhase::Pending),

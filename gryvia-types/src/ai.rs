@@ -773,14 +773,22 @@ pub struct HookTracked {
     /// UID of the object.
     pub uid: String,
     /// Its start was seen.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub started: bool,
     /// Retries seen.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: i32,
     /// Its end (success or failure) was seen.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub finished: bool,
+}
+
+// One record per watched job: unset fields are left out to keep the status small.
+fn is_false(b: &bool) -> bool {
+    !b
+}
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// One delivery of a hook.
