@@ -12,6 +12,7 @@ pub mod crds;
 pub mod gpu_agent;
 pub mod health;
 pub mod hooks;
+pub mod metering;
 pub mod metrics;
 pub mod operator;
 pub mod resources;

@@ -310,6 +310,16 @@ pub struct LeaseSettings {
 /// A set of controllers to run while leading: called each time leadership is acquired.
 pub type Controllers = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// Several sets of controllers run as one (all of them each time leadership is acquired).
+pub fn join(sets: Vec<Controllers>) -> Controllers {
+    Box::new(move || -> BoxFuture<'static, ()> {
+        let running: Vec<BoxFuture<'static, ()>> = sets.iter().map(|start| start()).collect();
+        Box::pin(async move {
+            futures::future::join_all(running).await;
+        })
+    })
+}
+
 /// Runs `controllers` only while this replica holds the Lease; without `lease` (leader
 /// election disabled) runs them directly. Marks `health` ready once started.
 ///

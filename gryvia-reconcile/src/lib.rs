@@ -22,6 +22,7 @@ pub mod aijob;
 pub mod cron;
 pub mod health;
 pub mod hooks;
+pub mod metering;
 pub mod plan;
 pub mod priority;
 pub mod reservation;

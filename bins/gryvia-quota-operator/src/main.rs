@@ -1,4 +1,5 @@
-//! `gryvia-quota-operator`: reconciles GryviaTenant and GryviaQuota.
+//! `gryvia-quota-operator`: reconciles GryviaTenant and GryviaQuota, and (opt-in) meters GPU
+//! jobs into priced GryviaUsageRecords.
 //!
 //! A thin binary: flags, logging, wiring. The controllers are in `gryvia_client::tenancy`,
 //! the policy in `gryvia_reconcile::tenancy`.
@@ -16,6 +17,11 @@ struct Flags {
     /// Create RoleBindings for tenant members (opt-in; chart value quotaOperator.tenantRbac).
     #[arg(long, env = "GRYVIA_TENANT_RBAC")]
     tenant_rbac: bool,
+    /// Meter GPU jobs: a GryviaUsageRecord for every GPU job, priced from the GryviaGpuSku
+    /// catalogue (opt-in: it puts a finalizer on every GryviaAIJob, which closes the job's
+    /// record when the job is deleted).
+    #[arg(long, env = "GRYVIA_METERING")]
+    metering: bool,
     #[command(flatten)]
     operator: OperatorFlags,
 }
@@ -33,7 +39,17 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     gryvia_client::operator::run_blocking(
         "gryvia-quota-operator",
         &flags.operator,
-        |client, metrics| gryvia_client::tenancy::controllers(client, options, metrics),
+        |client, metrics| {
+            let mut sets = vec![gryvia_client::tenancy::controllers(
+                client.clone(),
+                options,
+                metrics.clone(),
+            )];
+            if flags.metering {
+                sets.push(gryvia_client::metering::controllers(client, metrics));
+            }
+            gryvia_client::runtime::join(sets)
+        },
     )
     .context("operator")
 }

@@ -29,6 +29,10 @@ struct Operator {
 
 impl Operator {
     fn start(lease_namespace: &str, identity: &str) -> Self {
+        Self::start_with(lease_namespace, identity, &[])
+    }
+
+    fn start_with(lease_namespace: &str, identity: &str, extra: &[&str]) -> Self {
         let kubeconfig = match gryvia_testsupport::cluster() {
             gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
             gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
@@ -54,6 +58,7 @@ impl Operator {
                 "--identity",
                 identity,
             ])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
@@ -513,4 +518,174 @@ async fn gpu_use_per_product_is_reported_against_gpus_per_type() {
     let c = gryvia_types::conditions::find(&status.conditions, "GpuTypeLimitExceeded").unwrap();
     assert!(c.message.contains("2 in use, limit 1"), "{}", c.message);
     delete_tenant_and_namespace(&client, &name).await;
+}
+
+#[tokio::test]
+async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
+    use gryvia_types::{GryviaAIJob, GryviaUsageRecord};
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let serial = SERIAL.lock().await;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
+    let _operator = Operator::start_with(&lease_ns.name, "meter", &["--metering"]);
+    let ns = TestNamespace::create(&client, "meter").await.unwrap();
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"gryvia.io/tenant": "metered"}}})),
+        )
+        .await
+        .unwrap();
+    // A catalogue entry of a product no other test uses.
+    let product = unique("E2E-GPU");
+    let sku_name = unique("e2e-sku");
+    let skus: Api<gryvia_types::GryviaGpuSku> = Api::all(client.clone());
+    skus.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": sku_name},
+            "spec": {"gpuProduct": product, "pricePerGpuHour": "3.60"}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // Two GPU jobs; no ai-operator runs here, so the test writes their status.
+    let jobs: Api<GryviaAIJob> = Api::namespaced(client.clone(), &ns.name);
+    let now = jiff::Timestamp::now();
+    let hour_ago = now - jiff::SignedDuration::from_hours(1);
+    let mut uids = Vec::new();
+    for name in ["done", "dropped"] {
+        let job: GryviaAIJob = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"image": "registry.local/train:1", "gpus": 2, "replicas": 2, "gpuType": product}
+        }))
+        .unwrap();
+        let job = jobs.create(&PostParams::default(), &job).await.unwrap();
+        uids.push(job.metadata.uid.unwrap());
+        jobs.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "Running", "startTime": hour_ago.to_string()}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let records: Api<GryviaUsageRecord> = Api::all(client.clone());
+    let record_of = |i: usize, name: &str| gryvia_reconcile::metering::record_name(name, &uids[i]);
+    let (done_rec, dropped_rec) = (record_of(0, "done"), record_of(1, "dropped"));
+    // An open record, priced up to now: 4 GPUs for an hour and then some, at 3.60.
+    let open = wait_for("an open, priced record", Duration::from_secs(60), || {
+        let records = records.clone();
+        let name = done_rec.clone();
+        async move {
+            let r = records.get(&name).await.ok()?;
+            (r.status.as_ref()?.gpu_seconds >= 4 * 3600).then_some(r)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(open.spec.tenant, "metered");
+    assert_eq!(open.spec.namespace, ns.name);
+    assert_eq!(open.spec.sku, sku_name);
+    assert_eq!(open.spec.gpu_count, 4);
+    assert_eq!(open.spec.workload.uid.as_deref(), Some(uids[0].as_str()));
+    assert!(open.spec.end_time.is_none());
+    let st = open.status.unwrap();
+    let micros = st.cost.unwrap().micros().unwrap();
+    assert_eq!(
+        micros,
+        i64::from(i32::try_from(st.gpu_seconds).unwrap()) * 1000,
+        "3.60 a GPU-hour is 1,000 micro-units a GPU-second"
+    );
+    assert_eq!(st.currency.as_deref(), Some("USD"));
+    // Every job carries the metering finalizer.
+    let j = jobs.get("done").await.unwrap();
+    assert!(
+        j.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"gryvia.io/metering".to_owned())
+    );
+
+    // The job completes: the record closes at its completion, priced exactly.
+    let end = hour_ago + jiff::SignedDuration::from_mins(30);
+    jobs.patch_status(
+        "done",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded", "completionTime": end.to_string()}})),
+    )
+    .await
+    .unwrap();
+    let closed = wait_for("the record to close", Duration::from_secs(60), || {
+        let records = records.clone();
+        let name = done_rec.clone();
+        async move {
+            let r = records.get(&name).await.ok()?;
+            (r.spec.end_time.is_some() && r.status.as_ref()?.gpu_seconds == 4 * 1800).then_some(r)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed.status.unwrap().cost.unwrap().as_str(), "7.2");
+
+    // A running job deleted: its record closes at the deletion and stays.
+    jobs.delete("dropped", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the deleted job to go", Duration::from_secs(60), || {
+        let jobs = jobs.clone();
+        async move { jobs.get_opt("dropped").await.ok()?.is_none().then_some(()) }
+    })
+    .await
+    .unwrap();
+    let r = wait_for(
+        "the dropped job's record to close",
+        Duration::from_secs(30),
+        || {
+            let records = records.clone();
+            let name = dropped_rec.clone();
+            async move {
+                let r = records.get(&name).await.ok()?;
+                r.spec.end_time.is_some().then_some(r)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let ended = r.spec.end_time.unwrap().0;
+    assert!(
+        ended >= now - jiff::SignedDuration::from_secs(5),
+        "closed at the deletion, not before"
+    );
+    // A closed record is immutable at the API server.
+    let err = records
+        .patch(
+            &dropped_rec,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpuCount": 1}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a closed usage record is immutable"),
+        "{err}"
+    );
+    jobs.delete("done", &DeleteParams::default()).await.unwrap();
+    for name in [&done_rec, &dropped_rec] {
+        let _ = records.delete(name, &DeleteParams::default()).await;
+    }
+    let _ = skus.delete(&sku_name, &DeleteParams::default()).await;
+    drop(ns);
+    drop(lease_ns);
+    drop(serial);
 }

@@ -1,0 +1,423 @@
+//! Metering, as pure functions: every GPU job leaves a GryviaUsageRecord, and every record is
+//! priced from the GryviaGpuSku catalogue.
+//!
+//! [`MeteringReconciler`] (over GryviaAIJob) writes the record `<job>-<first 8 characters of
+//! its uid>` once the job has started: the tenant (its namespace's `gryvia.io/tenant` label, or
+//! the namespace's name), the SKU (the catalogue entry of the job's `gpuType`, or of the GPU
+//! product of the node its first worker ran on; the product itself when the catalogue has no
+//! entry yet, so no usage is lost), GPUs (per worker x workers) and the interval from the job's
+//! start to its completion. The record is not owned by the job: it outlives it. A finalizer
+//! on the job closes a record that is still open when the job is deleted, at the time of the
+//! deletion.
+//!
+//! [`UsageRecordReconciler`] prices a record: GPU-seconds over its interval (up to now while
+//! open, refreshed every minute) and the cost at the SKU's price per GPU-hour, exact in
+//! micro-units (rounded down).
+//!
+//! What it is: an estimate. A job is metered for all its GPUs from its start to its end,
+//! retries and pods waiting for a node included.
+
+use std::time::Duration;
+
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use gryvia_types::money::Decimal;
+use gryvia_types::{
+    GryviaAIJob, GryviaAIJobStatus, GryviaUsageRecord, GryviaUsageRecordSpec,
+    GryviaUsageRecordStatus, WorkloadRef,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{Child, Plan, Timestamp};
+
+/// The finalizer that closes a deleted job's open record.
+pub const FINALIZER: &str = "gryvia.io/metering";
+/// How often an open record's GPU-seconds and cost are brought up to date.
+pub const REFRESH: Duration = Duration::from_secs(60);
+
+/// A catalogue entry as the metering sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sku {
+    /// The GryviaGpuSku's name.
+    pub name: String,
+    /// Its `gpuProduct`.
+    pub gpu_product: String,
+    /// Price of one GPU-hour, micro-units.
+    pub price_micros: i64,
+    /// Currency.
+    pub currency: String,
+}
+
+impl Sku {
+    /// A catalogue entry (`None` when its price is malformed, which the schema prevents).
+    pub fn of(sku: &gryvia_types::GryviaGpuSku) -> Option<Self> {
+        Some(Sku {
+            name: sku.metadata.name.clone()?,
+            gpu_product: sku.spec.gpu_product.clone(),
+            price_micros: sku.spec.price_per_gpu_hour.micros().ok()?,
+            currency: sku.spec.currency.clone(),
+        })
+    }
+}
+
+/// What metering a job needs to know.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeteringWorld {
+    /// The catalogue.
+    pub skus: Vec<Sku>,
+    /// The `gryvia.io/tenant` label of the job's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The GPU product of the node the job's first worker ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_product: Option<String>,
+}
+
+/// The name of a job's usage record.
+pub fn record_name(job: &str, uid: &str) -> String {
+    let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
+    format!("{job}-{short}")
+}
+
+/// The record of `job` with its interval ending at `end` (open when `None`), or `None` for a
+/// job that has not started or uses no GPU.
+pub fn usage_record(
+    job: &GryviaAIJob,
+    world: &MeteringWorld,
+    end: Option<Timestamp>,
+) -> Option<GryviaUsageRecord> {
+    let status = job.status.as_ref()?;
+    let start = status.start_time.as_ref()?.0;
+    let gpus = job.spec.gpus.checked_mul(job.spec.replicas)?;
+    if gpus <= 0 {
+        return None;
+    }
+    let name = job.metadata.name.clone()?;
+    let namespace = job.metadata.namespace.clone()?;
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let product = job
+        .spec
+        .gpu_type
+        .clone()
+        .or_else(|| world.node_product.clone());
+    let sku = product.as_deref().map_or_else(
+        || "unknown".to_owned(),
+        |p| {
+            world
+                .skus
+                .iter()
+                .filter(|s| s.gpu_product == p)
+                .map(|s| s.name.clone())
+                .min()
+                .unwrap_or_else(|| p.to_owned())
+        },
+    );
+    let end = status.completion_time.as_ref().map(|t| t.0).or(end);
+    Some(GryviaUsageRecord {
+        metadata: ObjectMeta {
+            name: Some(record_name(&name, &uid)),
+            labels: Some(
+                [
+                    (
+                        gryvia_types::labels::TENANT.to_owned(),
+                        world.tenant.clone().unwrap_or_else(|| namespace.clone()),
+                    ),
+                    (gryvia_types::labels::JOB_NAME.to_owned(), name.clone()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: GryviaUsageRecordSpec {
+            tenant: world.tenant.clone().unwrap_or_else(|| namespace.clone()),
+            namespace,
+            workload: WorkloadRef {
+                kind: "GryviaAIJob".to_owned(),
+                name,
+                uid: Some(uid),
+            },
+            sku,
+            gpu_count: gpus,
+            start_time: Time(start),
+            end_time: end.map(|e| Time(e.max(start))),
+        },
+        status: None,
+    })
+}
+
+fn child(record: &GryviaUsageRecord) -> Option<Child> {
+    let value = serde_json::to_value(record).ok()?;
+    Child::from_json(value).ok().map(Child::unowned)
+}
+
+/// The metering policy over GryviaAIJobs.
+#[derive(Clone, Debug, Default)]
+pub struct MeteringReconciler;
+
+impl crate::Reconcile for MeteringReconciler {
+    type Object = GryviaAIJob;
+    type World = MeteringWorld;
+    type Status = GryviaAIJobStatus;
+
+    fn name(&self) -> &'static str {
+        "gryvia-metering"
+    }
+
+    fn reconcile(
+        &self,
+        job: &GryviaAIJob,
+        world: &MeteringWorld,
+        _now: Timestamp,
+    ) -> Plan<GryviaAIJobStatus> {
+        let mut plan = Plan::new();
+        if let Some(c) = usage_record(job, world, None).as_ref().and_then(child) {
+            plan.apply_child(c);
+        }
+        plan
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    fn cleanup(
+        &self,
+        job: &GryviaAIJob,
+        world: &MeteringWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaAIJobStatus> {
+        let mut plan = Plan::new();
+        let end = job
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        if let Some(c) = usage_record(job, world, Some(end)).as_ref().and_then(child) {
+            plan.apply_child(c);
+        }
+        plan
+    }
+}
+
+/// The priced view of `record`: GPU-seconds up to its end (or `now`) and the cost at `sku`'s
+/// price, when there is one.
+pub fn price(
+    record: &GryviaUsageRecord,
+    sku: Option<&Sku>,
+    now: Timestamp,
+) -> GryviaUsageRecordStatus {
+    let start = record.spec.start_time.0;
+    let end = record
+        .spec
+        .end_time
+        .as_ref()
+        .map_or(now, |t| t.0)
+        .max(start);
+    let seconds = end.duration_since(start).as_secs();
+    let gpu_seconds = seconds.saturating_mul(i64::from(record.spec.gpu_count.max(0)));
+    let cost = sku.map(|s| {
+        let micros = i128::from(gpu_seconds) * i128::from(s.price_micros) / 3600;
+        Decimal::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    });
+    GryviaUsageRecordStatus {
+        gpu_seconds,
+        cost,
+        currency: sku.map(|s| s.currency.clone()),
+    }
+}
+
+/// The SKU a record names: by name, else by GPU product (a record made before its product was
+/// in the catalogue).
+pub fn sku_of<'a>(record: &GryviaUsageRecord, skus: &'a [Sku]) -> Option<&'a Sku> {
+    skus.iter().find(|s| s.name == record.spec.sku).or_else(|| {
+        skus.iter()
+            .filter(|s| s.gpu_product == record.spec.sku)
+            .min_by(|a, b| a.name.cmp(&b.name))
+    })
+}
+
+/// The pricing policy over GryviaUsageRecords; its world is the catalogue.
+#[derive(Clone, Debug, Default)]
+pub struct UsageRecordReconciler;
+
+impl crate::Reconcile for UsageRecordReconciler {
+    type Object = GryviaUsageRecord;
+    type World = Vec<Sku>;
+    type Status = GryviaUsageRecordStatus;
+
+    fn name(&self) -> &'static str {
+        "gryvia-usage-records"
+    }
+
+    fn reconcile(
+        &self,
+        record: &GryviaUsageRecord,
+        skus: &Vec<Sku>,
+        now: Timestamp,
+    ) -> Plan<GryviaUsageRecordStatus> {
+        let mut plan = Plan::new();
+        let status = price(record, sku_of(record, skus), now);
+        plan.set_status_if_changed(record.status.as_ref(), status);
+        if record.spec.end_time.is_none() {
+            plan.requeue(REFRESH);
+        }
+        plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reconcile;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn job(gpu_type: Option<&str>) -> GryviaAIJob {
+        let mut spec =
+            serde_json::json!({"image": "registry.local/train:1", "gpus": 4, "replicas": 2});
+        if let Some(t) = gpu_type {
+            spec["gpuType"] = t.into();
+        }
+        let mut j: GryviaAIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+            "metadata": {"name": "train", "namespace": "tenant-ml", "uid": "1234abcd-5678-90ef-aaaa-bbbbccccdddd"},
+            "spec": spec
+        }))
+        .unwrap();
+        j.status = Some(GryviaAIJobStatus {
+            start_time: Some(Time(ts("2026-01-01T10:00:00Z"))),
+            ..GryviaAIJobStatus::default()
+        });
+        j
+    }
+
+    fn skus() -> Vec<Sku> {
+        vec![Sku {
+            name: "h100-80g".into(),
+            gpu_product: "NVIDIA-H100-80GB-HBM3".into(),
+            price_micros: 4_100_000,
+            currency: "USD".into(),
+        }]
+    }
+
+    fn world() -> MeteringWorld {
+        MeteringWorld {
+            skus: skus(),
+            tenant: Some("ml".into()),
+            node_product: None,
+        }
+    }
+
+    #[test]
+    fn a_started_job_gets_an_open_record_that_closes_at_its_completion() {
+        let mut j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        let plan = MeteringReconciler.reconcile(&j, &world(), ts("2026-01-01T10:30:00Z"));
+        assert_eq!(plan.apply.len(), 1);
+        let c = &plan.apply[0];
+        assert!(!c.owned, "the record outlives the job");
+        assert_eq!(c.object_ref.name, "train-1234abcd");
+        assert_eq!(c.object_ref.namespace, None, "cluster-scoped");
+        assert_eq!(c.object["spec"]["tenant"], "ml");
+        assert_eq!(c.object["spec"]["sku"], "h100-80g");
+        assert_eq!(c.object["spec"]["gpuCount"], 8);
+        assert_eq!(
+            c.object["spec"]["workload"]["uid"],
+            "1234abcd-5678-90ef-aaaa-bbbbccccdddd"
+        );
+        assert!(c.object["spec"].get("endTime").is_none());
+        j.status.as_mut().unwrap().completion_time = Some(Time(ts("2026-01-01T12:00:00Z")));
+        let plan = MeteringReconciler.reconcile(&j, &world(), ts("2026-01-01T12:00:05Z"));
+        assert_eq!(
+            plan.apply[0].object["spec"]["endTime"],
+            "2026-01-01T12:00:00Z"
+        );
+    }
+
+    #[test]
+    fn jobs_without_a_start_or_gpus_leave_no_record() {
+        let mut j = job(None);
+        j.status = None;
+        assert!(
+            MeteringReconciler
+                .reconcile(&j, &world(), ts("2026-01-01T10:30:00Z"))
+                .is_noop()
+        );
+        let mut j = job(None);
+        j.spec.gpus = 0;
+        assert!(
+            MeteringReconciler
+                .reconcile(&j, &world(), ts("2026-01-01T10:30:00Z"))
+                .is_noop()
+        );
+    }
+
+    #[test]
+    fn the_sku_comes_from_the_node_or_is_the_product_until_the_catalogue_has_it() {
+        let j = job(None);
+        let mut w = world();
+        w.node_product = Some("NVIDIA-H100-80GB-HBM3".into());
+        let r = usage_record(&j, &w, None).unwrap();
+        assert_eq!(r.spec.sku, "h100-80g");
+        w.node_product = Some("NVIDIA-B200".into());
+        let r = usage_record(&j, &w, None).unwrap();
+        assert_eq!(r.spec.sku, "NVIDIA-B200");
+        assert!(sku_of(&r, &skus()).is_none());
+        let mut later = skus();
+        later.push(Sku {
+            name: "b200".into(),
+            gpu_product: "NVIDIA-B200".into(),
+            price_micros: 6_000_000,
+            currency: "USD".into(),
+        });
+        assert_eq!(sku_of(&r, &later).map(|s| s.name.as_str()), Some("b200"));
+        w.tenant = None;
+        assert_eq!(usage_record(&j, &w, None).unwrap().spec.tenant, "tenant-ml");
+    }
+
+    #[test]
+    fn a_deleted_job_closes_its_record_at_its_deletion() {
+        let mut j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        j.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T11:00:00Z")));
+        let plan = MeteringReconciler.cleanup(&j, &world(), ts("2026-01-01T11:00:03Z"));
+        assert_eq!(
+            plan.apply[0].object["spec"]["endTime"],
+            "2026-01-01T11:00:00Z"
+        );
+        assert_eq!(MeteringReconciler.finalizer(), Some(FINALIZER));
+    }
+
+    #[test]
+    fn records_are_priced_exactly_and_open_ones_refreshed() {
+        let j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        let mut r = usage_record(&j, &world(), None).unwrap();
+        // 8 GPUs for 90 minutes at 4.10 a GPU-hour: 12 GPU-hours, 49.20.
+        let plan = UsageRecordReconciler.reconcile(&r, &skus(), ts("2026-01-01T11:30:00Z"));
+        let st = plan.status.clone().unwrap();
+        assert_eq!(st.gpu_seconds, 8 * 5400);
+        assert_eq!(st.cost.unwrap().as_str(), "49.2");
+        assert_eq!(st.currency.as_deref(), Some("USD"));
+        assert_eq!(plan.requeue_after(), Some(REFRESH));
+        // 7 seconds of one GPU at 4.10: 0.007972 (rounded down to the micro-unit).
+        r.spec.gpu_count = 1;
+        r.spec.end_time = Some(Time(ts("2026-01-01T10:00:07Z")));
+        let plan = UsageRecordReconciler.reconcile(&r, &skus(), ts("2026-01-01T11:30:00Z"));
+        assert_eq!(
+            plan.status.clone().unwrap().cost.unwrap().as_str(),
+            "0.007972"
+        );
+        assert_eq!(plan.requeue_after(), None, "a closed record is final");
+        r.status = plan.status;
+        assert!(
+            UsageRecordReconciler
+                .reconcile(&r, &skus(), ts("2026-01-02T00:00:00Z"))
+                .is_noop()
+        );
+        // Unpriced while the catalogue lacks its SKU.
+        r.spec.sku = "NVIDIA-B200".into();
+        let st = price(&r, sku_of(&r, &skus()), ts("2026-01-02T00:00:00Z"));
+        assert_eq!((st.gpu_seconds, st.cost, st.currency), (7, None, None));
+    }
+}
