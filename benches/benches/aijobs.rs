@@ -78,6 +78,7 @@ fn bench(c: &mut Criterion) {
         }),
         template: None,
         reservation: None,
+        blocked_budgets: Vec::new(),
     };
     c.bench_function("admission/validate", |b| {
         b.iter(|| validate_job(black_box(&j), black_box(&admission)))

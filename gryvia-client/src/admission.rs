@@ -17,12 +17,13 @@ use axum::routing::{get, post};
 use base64::Engine;
 use futures::StreamExt;
 use gryvia_reconcile::admission::{
-    AdmissionWorld, Decision, GpuQuota, ReservationFacts, TemplateState, TenantFacts, mutate_job,
-    validate_job,
+    AdmissionWorld, BlockedBudget, Decision, GpuQuota, ReservationFacts, TemplateState,
+    TenantFacts, mutate_job, validate_job,
 };
 use gryvia_types::conditions;
 use gryvia_types::{
-    GryviaAIJob, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant, OwnerType, labels,
+    GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant,
+    OwnerType, labels,
 };
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, Patch, PatchParams};
@@ -49,6 +50,7 @@ pub struct Caches {
     quotas: Store<ResourceQuota>,
     templates: Store<GryviaTemplate>,
     reservations: Store<GryviaReservation>,
+    budgets: Store<GryviaBudget>,
 }
 
 fn cache<K>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>)
@@ -78,7 +80,8 @@ impl Caches {
         let (quotas, d) = cache(Api::<ResourceQuota>::all(client.clone()));
         let (templates, e) = cache(Api::<GryviaTemplate>::all(client.clone()));
         let (reservations, f) = cache(Api::<GryviaReservation>::all(client.clone()));
-        for fut in [a, b, c, d, e, f] {
+        let (budgets, g) = cache(Api::<GryviaBudget>::all(client.clone()));
+        for fut in [a, b, c, d, e, f, g] {
             tokio::spawn(fut);
         }
         Caches {
@@ -88,6 +91,7 @@ impl Caches {
             quotas,
             templates,
             reservations,
+            budgets,
         }
     }
 
@@ -103,6 +107,7 @@ impl Caches {
             let _ = self.quotas.wait_until_ready().await;
             let _ = self.templates.wait_until_ready().await;
             let _ = self.reservations.wait_until_ready().await;
+            let _ = self.budgets.wait_until_ready().await;
         };
         tokio::time::timeout(timeout, all)
             .await
@@ -110,6 +115,22 @@ impl Caches {
                 what: "the admission caches".to_owned(),
                 after: timeout,
             })
+    }
+
+    /// The budgets in state `blocked` whose scope covers a job of `tenant` in `namespace`.
+    pub fn blocked_budgets(&self, tenant: Option<&str>, namespace: &str) -> Vec<BlockedBudget> {
+        let budgets = self.budgets.state();
+        gryvia_reconcile::budget::blocking(budgets.iter().map(AsRef::as_ref), tenant, namespace)
+            .into_iter()
+            .map(|name| {
+                let spend_usd = budgets
+                    .iter()
+                    .find(|b| b.metadata.name.as_deref() == Some(name.as_str()))
+                    .and_then(|b| b.status.as_ref()?.spend_usd.as_ref())
+                    .map(|d| d.as_str().to_owned());
+                BlockedBudget { name, spend_usd }
+            })
+            .collect()
     }
 
     /// The facts about `job` that the validating webhook needs, from the caches.
@@ -205,6 +226,7 @@ impl Caches {
             gpu_quota,
             template,
             reservation,
+            blocked_budgets: Vec::new(),
         })
     }
 }
@@ -216,6 +238,8 @@ pub struct WebhookState {
     pub caches: Caches,
     /// Deny when the facts cannot be read (default: admit with a warning).
     pub fail_closed: bool,
+    /// Reject new GPU jobs in the scope of a `blocked` GryviaBudget (the admission gate).
+    pub admission_gate: bool,
     /// Metrics (review counts and latency).
     pub metrics: Metrics,
 }
@@ -279,7 +303,14 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
         }
         Hook::Validate => {
             let decision = match state.caches.facts(&job, &namespace) {
-                Ok(world) => validate_job(&job, &world),
+                Ok(mut world) => {
+                    if state.admission_gate {
+                        let tenant = world.tenant.as_ref().map(|t| t.name.clone());
+                        world.blocked_budgets =
+                            state.caches.blocked_budgets(tenant.as_deref(), &namespace);
+                    }
+                    validate_job(&job, &world)
+                }
                 Err(why) if state.fail_closed => Decision::deny(format!(
                     "admission facts unavailable and the webhook is fail-closed: {why}"
                 )),
@@ -661,6 +692,8 @@ pub struct WebhookOptions {
     pub registration: Registration,
     /// Directory with `tls.crt`, `tls.key`, `ca.crt`; a self-signed CA is made when `None`.
     pub cert_dir: Option<std::path::PathBuf>,
+    /// The admission gate: reject new GPU jobs in the scope of a `blocked` GryviaBudget.
+    pub admission_gate: bool,
 }
 
 /// Starts the caches, makes or reads the certificates, registers the webhooks and serves them
@@ -680,6 +713,7 @@ pub async fn run(client: kube::Client, options: WebhookOptions, metrics: Metrics
     let state = WebhookState {
         caches: caches.clone(),
         fail_closed,
+        admission_gate: options.admission_gate,
         metrics,
     };
     let serve = serve_tls(options.addr, server_config, router(state));

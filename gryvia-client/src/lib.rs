@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod aijob;
 pub mod apply;
+pub mod budget;
 pub mod crds;
 pub mod gpu_agent;
 pub mod health;

@@ -80,6 +80,20 @@ pub struct AdmissionWorld {
     pub template: Option<TemplateState>,
     /// The reservation named by the `gryvia.io/reservation` annotation, when it is set.
     pub reservation: Option<ReservationFacts>,
+    /// Budgets in state `blocked` whose scope covers the job (filled only with the admission
+    /// gate on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_budgets: Vec<BlockedBudget>,
+}
+
+/// A budget that blocks new jobs in its scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedBudget {
+    /// Its name.
+    pub name: String,
+    /// Its spend in the current period, US dollars.
+    pub spend_usd: Option<String>,
 }
 
 /// An admission decision.
@@ -132,6 +146,15 @@ pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
         ));
     }
     let total = i64::from(spec.gpus) * i64::from(spec.replicas);
+    if total > 0
+        && let Some(b) = world.blocked_budgets.first()
+    {
+        return Decision::deny(format!(
+            "GryviaBudget {} is blocked (spend {} USD of its limit): new GPU jobs in its scope are rejected until its period ends or its limit is raised",
+            b.name,
+            b.spend_usd.as_deref().unwrap_or("?")
+        ));
+    }
 
     if let Some(t) = &world.tenant
         && spec.gpus > 0

@@ -147,6 +147,9 @@ pub struct ObservedPod {
     pub reason: Option<String>,
     /// Exit code of the first container that terminated with a non-zero code.
     pub exit_code: Option<i32>,
+    /// When the kubelet took the pod (`status.startTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Timestamp>,
 }
 
 impl ObservedPod {
@@ -180,6 +183,7 @@ impl ObservedPod {
                 .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
                 .map(|t| t.exit_code)
                 .find(|c| *c != 0),
+            start_time: status.start_time.map(|t| t.0),
         }
     }
 }
@@ -909,7 +913,11 @@ impl crate::Reconcile for AIJobReconciler {
             Some(observed) => {
                 status.active = observed.active;
                 status.succeeded = observed.succeeded;
-                if let Some(t) = observed.start_time {
+                // The first worker's start (a node's kubelet took it), not the batch Job's:
+                // a job whose pods wait for a node has not started.
+                if status.start_time.is_none()
+                    && let Some(t) = world.pods.iter().filter_map(|p| p.start_time).min()
+                {
                     status.start_time = Some(Time(t));
                 }
                 if observed.complete {

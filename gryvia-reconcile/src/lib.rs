@@ -19,6 +19,7 @@
 
 pub mod admission;
 pub mod aijob;
+pub mod budget;
 pub mod cron;
 pub mod health;
 pub mod hooks;

@@ -41,6 +41,7 @@ fn world() -> AdmissionWorld {
         }),
         template: None,
         reservation: None,
+        blocked_budgets: Vec::new(),
     }
 }
 
@@ -285,4 +286,23 @@ mod json_patch_apply {
             cur[last] = op["value"].clone();
         }
     }
+}
+
+#[test]
+fn a_blocked_budget_rejects_gpu_jobs_and_lets_cpu_jobs_through() {
+    let mut w = world();
+    w.blocked_budgets = vec![gryvia_reconcile::admission::BlockedBudget {
+        name: "ml-monthly".into(),
+        spend_usd: Some("50012.5".into()),
+    }];
+    let d = validate_job(
+        &job(json!({"gpus": 1, "gpuType": "NVIDIA-H100-80GB-HBM3"})),
+        &w,
+    );
+    assert!(!d.allowed);
+    assert_eq!(
+        d.message.unwrap(),
+        "GryviaBudget ml-monthly is blocked (spend 50012.5 USD of its limit): new GPU jobs in its scope are rejected until its period ends or its limit is raised"
+    );
+    assert!(validate_job(&job(json!({"gpus": 0})), &w).allowed);
 }

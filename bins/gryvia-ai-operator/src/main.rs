@@ -44,6 +44,10 @@ struct Flags {
     /// failurePolicy Fail (default: fail open, as the features guide describes).
     #[arg(long)]
     webhook_fail_closed: bool,
+    /// The admission gate: reject new GPU jobs in the scope of a GryviaBudget in state
+    /// `blocked` (its spend reached its limit with enforcement on); needs --webhook-addr.
+    #[arg(long, env = "GRYVIA_ADMISSION_GATE")]
+    admission_gate: bool,
     /// Name of the webhook configurations.
     #[arg(long, default_value = "gryvia-ai-operator")]
     webhook_name: String,
@@ -64,6 +68,9 @@ fn webhook_options(flags: &Flags) -> anyhow::Result<Option<WebhookOptions>> {
     let Some(addr) = flags.webhook_addr else {
         if flags.webhook_url.is_some() || flags.webhook_service.is_some() {
             bail!("--webhook-url and --webhook-service need --webhook-addr");
+        }
+        if flags.admission_gate {
+            bail!("--admission-gate needs --webhook-addr (the gate is the validating webhook)");
         }
         return Ok(None);
     };
@@ -105,6 +112,7 @@ fn webhook_options(flags: &Flags) -> anyhow::Result<Option<WebhookOptions>> {
             namespace_selector: flags.webhook_namespace_selector.clone(),
         },
         cert_dir: flags.webhook_cert_dir.clone(),
+        admission_gate: flags.admission_gate,
     }))
 }
 

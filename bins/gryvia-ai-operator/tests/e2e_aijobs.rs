@@ -1471,3 +1471,106 @@ async fn a_workflow_runs_its_steps_in_dependency_order_and_a_hook_announces_it()
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() {
+    use gryvia_types::GryviaBudget;
+    let tenant = unique("e2e-gate");
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let _: gryvia_types::GryviaTenant = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+        "spec": {"displayName": "gated"}}),
+    )
+    .await;
+    // The quota-operator does not run here: the test writes the budget's state.
+    let budget = unique("e2e-gate-budget");
+    let _: GryviaBudget = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaBudget", "metadata": {"name": budget},
+        "spec": {"scope": {"type": "tenant", "name": tenant}, "period": {"type": "monthly"},
+                 "limits": {"costUSD": 10}, "enforcement": {"enabled": true}}}),
+    )
+    .await;
+    let budgets: Api<GryviaBudget> = Api::all(client.clone());
+    let set_state = |state: &'static str| {
+        let budgets = budgets.clone();
+        let budget = budget.clone();
+        async move {
+            budgets
+                .patch_status(
+                    &budget,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"state": state, "spendUSD": "12"}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_state("blocked").await;
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-gate",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--admission-gate"],
+    )
+    .await
+    else {
+        return;
+    };
+    let jobs = s.jobs();
+    let ns = s.ns.name.clone();
+    let attempt = || {
+        let jobs = jobs.clone();
+        let ns = ns.clone();
+        async move {
+            let job: GryviaAIJob = serde_json::from_value(json!({
+                "metadata": {"name": "gated", "namespace": ns},
+                "spec": {"image": "img", "gpus": 1}
+            }))
+            .unwrap();
+            jobs.create(&PostParams::default(), &job).await
+        }
+    };
+    let message = wait_for(
+        "the gate to reject a job",
+        Duration::from_secs(30),
+        || async {
+            match attempt().await {
+                Err(kube::Error::Api(e)) => Some(e.message),
+                Err(_) => None,
+                Ok(_) => {
+                    let _ = jobs.delete("gated", &DeleteParams::default()).await;
+                    None
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        message.contains(&format!(
+            "GryviaBudget {budget} is blocked (spend 12 USD of its limit)"
+        )),
+        "{message}"
+    );
+    // Once the budget is no longer blocked, jobs are admitted again.
+    set_state("warning").await;
+    wait_for(
+        "the gate to admit again",
+        Duration::from_secs(30),
+        || async { attempt().await.ok() },
+    )
+    .await
+    .unwrap();
+    let _ = budgets.delete(&budget, &DeleteParams::default()).await;
+    let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
+        .delete(&tenant, &DeleteParams::default())
+        .await;
+}

@@ -40,11 +40,10 @@ fn run(flags: Flags) -> anyhow::Result<()> {
         "gryvia-quota-operator",
         &flags.operator,
         |client, metrics| {
-            let mut sets = vec![gryvia_client::tenancy::controllers(
-                client.clone(),
-                options,
-                metrics.clone(),
-            )];
+            let mut sets = vec![
+                gryvia_client::tenancy::controllers(client.clone(), options, metrics.clone()),
+                gryvia_client::budget::controllers(client.clone(), metrics.clone()),
+            ];
             if flags.metering {
                 sets.push(gryvia_client::metering::controllers(client, metrics));
             }

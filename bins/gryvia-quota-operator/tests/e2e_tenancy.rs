@@ -689,3 +689,138 @@ async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
     drop(lease_ns);
     drop(serial);
 }
+
+#[tokio::test]
+async fn a_budget_counts_its_scopes_usage_alerts_and_blocks_at_its_limit() {
+    use gryvia_types::{BudgetState, GryviaBudget, GryviaUsageRecord};
+    let Some(s) = Setup::with_operator().await else {
+        return;
+    };
+    let client = s.client.clone();
+    let tenant = unique("budget-t");
+    let product = unique("E2E-BUDGET-GPU");
+    let sku_name = unique("e2e-bsku");
+    let skus: Api<gryvia_types::GryviaGpuSku> = Api::all(client.clone());
+    skus.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": sku_name},
+            "spec": {"gpuProduct": product, "pricePerGpuHour": "2.50"}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    // Usage this month: 4 GPUs for 5 hours (50 USD), and another tenant's.
+    let (start, _) =
+        gryvia_reconcile::budget::period(gryvia_types::PeriodType::Monthly, jiff::Timestamp::now());
+    let records: Api<GryviaUsageRecord> = Api::all(client.clone());
+    let mut made = Vec::new();
+    for (name, who, gpus, hours) in [("a", tenant.as_str(), 4, 5), ("b", "someone-else", 8, 5)] {
+        let name = unique(&format!("e2e-usage-{name}"));
+        let end = start + jiff::SignedDuration::from_hours(hours);
+        records
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"tenant": who, "namespace": format!("tenant-{who}"),
+                             "workload": {"kind": "GryviaAIJob", "name": "j"}, "sku": sku_name,
+                             "gpuCount": gpus, "startTime": start.to_string(), "endTime": end.to_string()}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        made.push(name);
+    }
+    let budgets: Api<GryviaBudget> = Api::all(client.clone());
+    let budget_name = unique("e2e-budget");
+    budgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": budget_name},
+                "spec": {"scope": {"type": "tenant", "name": tenant}, "period": {"type": "monthly"},
+                         "limits": {"costUSD": 80}, "alerts": [{"threshold": 50}],
+                         "enforcement": {"enabled": true, "action": "block"}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = |want: BudgetState| {
+        let budgets = budgets.clone();
+        let name = budget_name.clone();
+        async move {
+            wait_for(&format!("budget {want:?}"), Duration::from_secs(60), || {
+                let budgets = budgets.clone();
+                let name = name.clone();
+                async move {
+                    let st = budgets.get(&name).await.ok()?.status?;
+                    (st.state == Some(want)).then_some(st)
+                }
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let st = status(BudgetState::Warning).await;
+    assert_eq!(st.spend_usd.unwrap().as_str(), "50");
+    assert_eq!(st.gpu_hours.unwrap().as_str(), "20");
+    assert_eq!(st.alerted_thresholds, [50]);
+    let events: Api<Event> = Api::all(client.clone());
+    let alert = wait_for("a BudgetThreshold event", Duration::from_secs(30), || {
+        let events = events.clone();
+        let name = budget_name.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("BudgetThreshold")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(name.as_str())
+                })
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        alert
+            .note
+            .unwrap()
+            .contains("reached 62 % (threshold 50 %)")
+    );
+
+    // More usage: 4 GPUs for 4 more hours, 90 USD of 80: blocked.
+    let more = unique("e2e-usage-c");
+    records
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": more},
+                "spec": {"tenant": tenant, "namespace": format!("tenant-{tenant}"),
+                         "workload": {"kind": "GryviaAIJob", "name": "k"}, "sku": sku_name,
+                         "gpuCount": 4, "startTime": start.to_string(),
+                         "endTime": (start + jiff::SignedDuration::from_hours(4)).to_string()}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    made.push(more);
+    let st = status(BudgetState::Blocked).await;
+    assert_eq!(st.spend_usd.unwrap().as_str(), "90");
+    let ready = gryvia_types::conditions::find(&st.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "Blocked");
+
+    let _ = budgets.delete(&budget_name, &DeleteParams::default()).await;
+    for name in made {
+        let _ = records.delete(&name, &DeleteParams::default()).await;
+    }
+    let _ = skus.delete(&sku_name, &DeleteParams::default()).await;
+}

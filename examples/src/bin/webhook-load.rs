@@ -139,6 +139,7 @@ fn main() -> anyhow::Result<()> {
     let state = WebhookState {
         caches,
         fail_closed: true,
+        admission_gate: true,
         metrics: Metrics::new(),
     };
     server_rt.spawn(serve_tls(addr, server_config, router(state.clone())));
