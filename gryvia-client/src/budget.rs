@@ -4,7 +4,6 @@
 
 use futures::future::BoxFuture;
 use gryvia_reconcile::budget::{BudgetReconciler, BudgetWorld};
-use gryvia_reconcile::metering::Sku;
 use gryvia_types::{GryviaBudget, GryviaGpuSku, GryviaUsageRecord};
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
@@ -30,14 +29,7 @@ impl Observe for BudgetObserver {
             .await
             .map_err(api_err("list GryviaUsageRecords"))?
             .items;
-        let skus = Api::<GryviaGpuSku>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(api_err("list GryviaGpuSkus"))?
-            .items
-            .iter()
-            .filter_map(Sku::of)
-            .collect();
+        let skus = crate::metering::skus(&self.client).await?;
         Ok(BudgetWorld { records, skus })
     }
 }

@@ -15,8 +15,11 @@ use crate::metrics::Metrics;
 use crate::runtime::{Context, Observe, run, spec_controller};
 use crate::{Result, api_err};
 
-/// The catalogue.
-async fn skus(client: &kube::Client) -> Result<Vec<Sku>> {
+/// The GryviaGpuSku catalogue, as metering and budgets price with it.
+///
+/// # Errors
+/// [`crate::Error::Api`] when the SKUs cannot be listed.
+pub async fn skus(client: &kube::Client) -> Result<Vec<Sku>> {
     Ok(Api::<GryviaGpuSku>::all(client.clone())
         .list(&ListParams::default())
         .await
