@@ -258,10 +258,27 @@ pub async fn quota(name: &str, budget: bool, output: Output) -> anyhow::Result<(
                 .limits
                 .cost_usd
                 .map_or("-".into(), |c| format!("${c}"));
+            let st = b.status.clone().unwrap_or_default();
+            let hours = b
+                .spec
+                .limits
+                .gpu_hours
+                .map_or(String::new(), |h| format!(", {h} GPU-hours"));
+            let state = st.state.map_or("not counted yet".to_owned(), |s| {
+                format!("{s:?}").to_lowercase()
+            });
+            let amount = |d: Option<&gryvia_types::money::Decimal>| {
+                d.map_or("-".to_owned(), |d| format!("${d}"))
+            };
             println!(
-                "Budget {}: limit {limit} per {:?}; spend: not computed yet (the budget controller is not built, see README)",
+                "Budget {}: limit {limit}{hours} per {:?} period: {state}; spend {} ({} GPU-hours), forecast {}",
                 b.name_any(),
-                b.spec.period.type_
+                b.spec.period.type_,
+                amount(st.spend_usd.as_ref()),
+                st.gpu_hours
+                    .as_ref()
+                    .map_or("-".to_owned(), ToString::to_string),
+                amount(st.forecast_usd.as_ref()),
             );
         }
     }

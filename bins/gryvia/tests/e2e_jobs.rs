@@ -244,3 +244,105 @@ async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
     let _ = tpls.delete(&tpl_name, &DeleteParams::default()).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_with_budget_shows_the_budgets_spend_and_state() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let suffix = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % 0xff_ffff
+    );
+    let (tenant, sku, record, budget) = (
+        format!("cli-budget-{suffix}"),
+        format!("cli-sku-{suffix}"),
+        format!("cli-usage-{suffix}"),
+        format!("cli-budget-{suffix}"),
+    );
+    let create = |body: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let obj: kube::api::DynamicObject = serde_json::from_value(body).unwrap();
+            let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+            let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+            Api::<kube::api::DynamicObject>::all_with(client.clone(), &ar)
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap();
+            ar
+        }
+    };
+    let (start, _) =
+        gryvia_reconcile::budget::period(gryvia_types::PeriodType::Monthly, jiff::Timestamp::now());
+    let tenant_ar = create(
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant",
+        "metadata": {"name": tenant}, "spec": {"displayName": "cli"}}),
+    )
+    .await;
+    let sku_ar = create(json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku",
+        "metadata": {"name": sku}, "spec": {"gpuProduct": format!("CLI-GPU-{suffix}"), "pricePerGpuHour": "1.25"}}))
+    .await;
+    // 2 GPUs for 4 hours at 1.25: 10 USD, 8 GPU-hours.
+    let record_ar = create(
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaUsageRecord",
+        "metadata": {"name": record},
+        "spec": {"tenant": tenant, "namespace": format!("tenant-{tenant}"),
+                 "workload": {"kind": "GryviaAIJob", "name": "j"}, "sku": sku, "gpuCount": 2,
+                 "startTime": start.to_string(),
+                 "endTime": (start + jiff::SignedDuration::from_hours(4)).to_string()}}),
+    )
+    .await;
+    let budget_ar = create(
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaBudget",
+        "metadata": {"name": budget},
+        "spec": {"scope": {"type": "tenant", "name": tenant}, "period": {"type": "monthly"},
+                 "limits": {"costUSD": 40}, "alerts": [{"threshold": 20}]}}),
+    )
+    .await;
+    let controllers =
+        gryvia_client::budget::controllers(client.clone(), gryvia_client::metrics::Metrics::new());
+    let running = tokio::spawn(controllers());
+    let line = wait_for(
+        "the budget in gryvia quota --budget",
+        Duration::from_secs(60),
+        || {
+            let tenant = tenant.clone();
+            let budget = budget.clone();
+            async move {
+                let (ok, stdout, _) = gryvia(&["quota", &tenant, "--budget"]).await;
+                let line = stdout
+                    .lines()
+                    .find(|l| l.starts_with(&format!("Budget {budget}:")))?;
+                (ok && line.contains("warning")).then(|| line.to_owned())
+            }
+        },
+    )
+    .await;
+    running.abort();
+    let line = line.unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "Budget {budget}: limit $40 per Monthly period: warning; spend $10 (8 GPU-hours), forecast {}",
+            line.rsplit("forecast ").next().unwrap()
+        )
+    );
+    for (ar, name) in [
+        (&budget_ar, &budget),
+        (&record_ar, &record),
+        (&sku_ar, &sku),
+        (&tenant_ar, &tenant),
+    ] {
+        let _ = Api::<kube::api::DynamicObject>::all_with(client.clone(), ar)
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+}
