@@ -691,6 +691,85 @@ fn reconcile_quota(
     )
 }
 
+/// The job hooks controller's Plan for a GryviaJobHook in `world` (keys of `HookWorld`:
+/// `subjects` — the jobs and workflows of its namespace as `Subject`s — and `secret`:
+/// `Present`, `Missing` or `NoKey`) at `now`: the deliveries it records and the notifications
+/// it sends.
+#[pyfunction]
+#[pyo3(signature = (hook, world=None, now=None))]
+fn reconcile_job_hook(
+    py: Python<'_>,
+    hook: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let hook: gryvia_types::GryviaJobHook = typed(hook, "hook")?;
+    let world: gryvia_reconcile::hooks::HookWorld = self::world(world)?;
+    out(
+        py,
+        &gryvia_reconcile::hooks::HookReconciler.reconcile(&hook, &world, parse_now(now)?),
+    )
+}
+
+/// The workflow controller's Plan for a GryviaWorkflow in `world` (keys of `WorkflowWorld`:
+/// `jobs` — its steps' jobs as `StepJob`s — and `templates` by name) at `now`: the steps' jobs
+/// to create and the status.
+#[pyfunction]
+#[pyo3(signature = (workflow, world=None, now=None))]
+fn reconcile_workflow(
+    py: Python<'_>,
+    workflow: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let workflow: gryvia_types::GryviaWorkflow = typed(workflow, "workflow")?;
+    let world: gryvia_reconcile::workflow::WorkflowWorld = self::world(world)?;
+    out(
+        py,
+        &gryvia_reconcile::workflow::WorkflowReconciler.reconcile(
+            &workflow,
+            &world,
+            parse_now(now)?,
+        ),
+    )
+}
+
+/// The GryviaUsageRecord metering writes for a GryviaAIJob in `world` (keys of
+/// `MeteringWorld`: `skus`, `tenant`, `nodeProduct`), `None` for a job that has not started
+/// or uses no GPU.
+#[pyfunction]
+#[pyo3(signature = (job, world=None))]
+fn usage_record(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Py<PyAny>>> {
+    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
+    let world: gryvia_reconcile::metering::MeteringWorld = self::world(world)?;
+    gryvia_reconcile::metering::usage_record(&job, &world, None)
+        .map(|r| out(py, &r))
+        .transpose()
+}
+
+/// The budget controller's Plan for a GryviaBudget in `world` (keys of `BudgetWorld`:
+/// `records` — GryviaUsageRecords — and `skus`) at `now`: spend, GPU-hours, forecast, state
+/// and threshold Events.
+#[pyfunction]
+#[pyo3(signature = (budget, world=None, now=None))]
+fn reconcile_budget(
+    py: Python<'_>,
+    budget: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let budget: gryvia_types::GryviaBudget = typed(budget, "budget")?;
+    let world: gryvia_reconcile::budget::BudgetWorld = self::world(world)?;
+    out(
+        py,
+        &gryvia_reconcile::budget::BudgetReconciler.reconcile(&budget, &world, parse_now(now)?),
+    )
+}
+
 /// The native module.
 #[pymodule]
 fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -708,6 +787,10 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_template, m)?)?;
     m.add_function(wrap_pyfunction!(admit_job, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_job_hook, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_workflow, m)?)?;
+    m.add_function(wrap_pyfunction!(usage_record, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile_budget, m)?)?;
     m.add_function(wrap_pyfunction!(mutate_job, m)?)?;
     m.add_function(wrap_pyfunction!(reconcile_job, m)?)?;
     m.add_function(wrap_pyfunction!(render_job, m)?)?;

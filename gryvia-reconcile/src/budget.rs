@@ -25,6 +25,7 @@ use gryvia_types::{
 };
 use jiff::civil::{Date, Weekday};
 use jiff::tz::TimeZone;
+use serde::{Deserialize, Serialize};
 
 use crate::metering::{Sku, sku_of};
 use crate::{EventType, Plan, Timestamp};
@@ -33,7 +34,8 @@ use crate::{EventType, Plan, Timestamp};
 pub const REFRESH: Duration = Duration::from_secs(60);
 
 /// What the budget reconcile knows: every usage record and the catalogue.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct BudgetWorld {
     /// Usage records (the reconcile picks its scope's).
     pub records: Vec<GryviaUsageRecord>,

@@ -136,7 +136,7 @@ pub enum SecretState {
 /// What the hook reconcile knows: the jobs (and workflows, when the hook includes them) of its
 /// namespace, and whether its signing key can be read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct HookWorld {
     /// Jobs and workflows of the hook's namespace (the reconcile applies the selector).
     pub subjects: Vec<Subject>,

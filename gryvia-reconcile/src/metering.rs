@@ -62,7 +62,7 @@ impl Sku {
 
 /// What metering a job needs to know.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct MeteringWorld {
     /// The catalogue.
     pub skus: Vec<Sku>,

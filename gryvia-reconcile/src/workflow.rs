@@ -71,7 +71,7 @@ impl StepJob {
 
 /// What the workflow reconcile knows: the jobs of its steps and the templates its steps name.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct WorkflowWorld {
     /// Jobs labelled `gryvia.io/workflow: <name>` in the workflow's namespace.
     pub jobs: Vec<StepJob>,

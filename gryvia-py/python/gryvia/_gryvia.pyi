@@ -148,6 +148,34 @@ def reconcile_quota(
     """The quota controller's Plan: a ResourceQuota per namespace of a GryviaQuota.
     ``world`` keys: ``existingNamespaces``, ``managedIn``, ``gpusUsed``."""
 
+def reconcile_job_hook(
+    hook: Any, world: Optional[Mapping[str, Any]] = None, now: Optional[str] = None
+) -> Dict[str, Any]:
+    """The job hooks controller's Plan for a GryviaJobHook: deliveries recorded in its status
+    and the signed notifications to send. ``world`` keys: ``subjects`` (the jobs and workflows
+    of its namespace: ``kind``, ``name``, ``uid``, ``labels``, ``created``, ``phase``,
+    ``retries``, ``startTime``, ``completionTime``) and ``secret`` (``Present``, ``Missing`` or
+    ``NoKey``)."""
+
+def reconcile_workflow(
+    workflow: Any, world: Optional[Mapping[str, Any]] = None, now: Optional[str] = None
+) -> Dict[str, Any]:
+    """The workflow controller's Plan for a GryviaWorkflow: the steps' jobs to create and the
+    status. ``world`` keys: ``jobs`` (its steps' jobs: ``step``, ``name``, ``phase``,
+    ``startTime``, ``completionTime``) and ``templates`` (GryviaTemplates by name)."""
+
+def usage_record(job: Any, world: Optional[Mapping[str, Any]] = None) -> Optional[Dict[str, Any]]:
+    """The GryviaUsageRecord metering writes for a GryviaAIJob (``None`` before it starts or
+    without GPUs). ``world`` keys: ``skus`` (``name``, ``gpuProduct``, ``priceMicros``,
+    ``currency``), ``tenant``, ``nodeProduct``."""
+
+def reconcile_budget(
+    budget: Any, world: Optional[Mapping[str, Any]] = None, now: Optional[str] = None
+) -> Dict[str, Any]:
+    """The budget controller's Plan for a GryviaBudget: spend, GPU-hours, forecast and state
+    in its current period, and threshold Events. ``world`` keys: ``records``
+    (GryviaUsageRecords) and ``skus`` (as for :func:`usage_record`)."""
+
 class WatchEvent:
     """One change seen by a watch."""
 
