@@ -246,7 +246,20 @@ where
     } else {
         tracing::debug!(actions = ?plan.summary(), cleanup, "applying plan");
     }
-    ctx.executor.apply(obj, &plan).await?;
+    if let Err(e) = ctx.executor.apply(obj, &plan).await {
+        let why = e.to_string();
+        if let Some(status) = ctx
+            .reconciler
+            .record_failure(obj, &why, jiff::Timestamp::now())
+        {
+            let mut record: gryvia_reconcile::Plan<S> = gryvia_reconcile::Plan::new();
+            record.status = Some(status);
+            if let Err(e2) = ctx.executor.apply(obj, &record).await {
+                warn!(error = %e2, "could not record the failure in the status");
+            }
+        }
+        return Err(e);
+    }
     if !recorded {
         crate::webhook::first_failure(&notifications, &deliveries)?;
     }

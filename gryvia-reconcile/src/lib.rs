@@ -115,6 +115,20 @@ pub trait Reconcile {
         false
     }
 
+    /// The status to record when applying the Plan failed (an API server or an admission
+    /// webhook refused a child, for example), so the object says why instead of only the
+    /// operator's log. `None` (the default) records nothing; either way the reconcile is
+    /// retried with backoff.
+    fn record_failure(
+        &self,
+        object: &Self::Object,
+        error: &str,
+        now: Timestamp,
+    ) -> Option<Self::Status> {
+        let _ = (object, error, now);
+        None
+    }
+
     /// Decides what to do when the object is being deleted (only called with a finalizer).
     /// The executor removes the finalizer after applying this Plan. The default does nothing.
     fn cleanup(

@@ -420,6 +420,28 @@ impl crate::Reconcile for WorkflowReconciler {
         plan.set_status_if_changed(workflow.status.as_ref(), status);
         plan
     }
+
+    fn record_failure(
+        &self,
+        workflow: &GryviaWorkflow,
+        error: &str,
+        now: Timestamp,
+    ) -> Option<GryviaWorkflowStatus> {
+        // A step's job refused (by an admission webhook, a quota): the workflow says so.
+        let mut status = workflow.status.clone().unwrap_or_default();
+        conditions::set(
+            &mut status.conditions,
+            conditions::new(
+                conditions::READY,
+                Status::False,
+                "StepNotCreated",
+                error,
+                workflow.metadata.generation,
+                now,
+            ),
+        );
+        Some(status)
+    }
 }
 
 #[cfg(test)]
@@ -642,6 +664,27 @@ mod tests {
         assert_eq!(
             started(&WorkflowReconciler.reconcile(&wf, &w, ts(NOW))),
             ["pipe-s2"]
+        );
+    }
+
+    #[test]
+    fn a_refused_step_is_recorded_in_the_ready_condition() {
+        let wf = diamond();
+        let st = WorkflowReconciler
+            .record_failure(&wf, "apply GryviaAIJob/ml/pipe-prepare: denied", ts(NOW))
+            .unwrap();
+        let ready = conditions::find(&st.conditions, conditions::READY).unwrap();
+        assert_eq!(
+            (
+                ready.status.as_str(),
+                ready.reason.as_str(),
+                ready.message.as_str()
+            ),
+            (
+                "False",
+                "StepNotCreated",
+                "apply GryviaAIJob/ml/pipe-prepare: denied"
+            )
         );
     }
 

@@ -1574,3 +1574,70 @@ async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() 
         .delete(&tenant, &DeleteParams::default())
         .await;
 }
+
+#[tokio::test]
+async fn a_workflow_step_refused_by_the_admission_webhook_is_named_in_its_ready_condition() {
+    use gryvia_types::GryviaWorkflow;
+    let tenant = unique("e2e-wf-sku");
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let h100 = unique("e2e-wf-h100");
+    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": h100},
+        "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}}),
+    )
+    .await;
+    let _: gryvia_types::GryviaTenant = create_cluster_object(
+        &client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+        "spec": {"displayName": "H100 only", "allowedSkus": [h100]}}),
+    )
+    .await;
+    let Some((s, _hooks)) =
+        Setup::with_webhooks("wf-refused", Some(("gryvia.io/tenant", &tenant)), &[]).await
+    else {
+        return;
+    };
+    let workflows: Api<GryviaWorkflow> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let wf: GryviaWorkflow = serde_json::from_value(json!({
+        "metadata": {"name": "wrong-gpu", "namespace": s.ns.name},
+        "spec": {"steps": [{"name": "train", "job": {"image": "img", "gpus": 1,
+                                                    "gpuType": "NVIDIA-A100-SXM4-80GB"}}]}
+    }))
+    .unwrap();
+    workflows.create(&PostParams::default(), &wf).await.unwrap();
+    let ready = wait_for(
+        "the refusal in the workflow's status",
+        Duration::from_secs(60),
+        || {
+            let workflows = workflows.clone();
+            async move {
+                let st = workflows.get("wrong-gpu").await.ok()?.status?;
+                gryvia_types::conditions::find(&st.conditions, "Ready")
+                    .filter(|c| c.reason == "StepNotCreated")
+                    .cloned()
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready
+            .message
+            .contains("NVIDIA-A100-SXM4-80GB is not allowed for tenant"),
+        "{}",
+        ready.message
+    );
+    assert!(s.jobs().get_opt("wrong-gpu-train").await.unwrap().is_none());
+    let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
+        .delete(&tenant, &DeleteParams::default())
+        .await;
+}
