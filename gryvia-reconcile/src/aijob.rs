@@ -702,7 +702,7 @@ impl crate::Reconcile for AIJobReconciler {
         let current = job.status.clone().unwrap_or_default();
         let mut status = current.clone();
         status.observed_generation = generation;
-        let terminal = matches!(current.phase, Some(JobPhase::Succeeded | JobPhase::Failed));
+        let terminal = current.phase.is_some_and(JobPhase::is_finished);
 
         if terminal {
             // Finished: nothing is re-created (the Job may be gone after its TTL); the record
@@ -1026,7 +1026,7 @@ impl crate::Reconcile for AIJobReconciler {
                 }
             }
         }
-        if !matches!(status.phase, Some(JobPhase::Succeeded | JobPhase::Failed)) {
+        if !status.phase.is_some_and(JobPhase::is_finished) {
             set(
                 &mut status,
                 conditions::READY,

@@ -93,7 +93,7 @@ impl Subject {
     /// last step did.
     pub fn of_workflow(workflow: &GryviaWorkflow) -> Self {
         let status = workflow.status.clone().unwrap_or_default();
-        let finished = matches!(status.phase, Some(JobPhase::Succeeded | JobPhase::Failed));
+        let finished = status.phase.is_some_and(JobPhase::is_finished);
         Subject {
             kind: "GryviaWorkflow".to_owned(),
             name: workflow.metadata.name.clone().unwrap_or_default(),
@@ -117,7 +117,7 @@ impl Subject {
     }
 
     fn finished(&self) -> bool {
-        matches!(self.phase, Some(JobPhase::Succeeded | JobPhase::Failed))
+        self.phase.is_some_and(JobPhase::is_finished)
     }
 }
 

@@ -114,15 +114,13 @@ pub fn usage_record(
         },
     );
     let end = status.completion_time.as_ref().map(|t| t.0).or(end);
+    let tenant = world.tenant.clone().unwrap_or_else(|| namespace.clone());
     Some(GryviaUsageRecord {
         metadata: ObjectMeta {
             name: Some(record_name(&name, &uid)),
             labels: Some(
                 [
-                    (
-                        gryvia_types::labels::TENANT.to_owned(),
-                        world.tenant.clone().unwrap_or_else(|| namespace.clone()),
-                    ),
+                    (gryvia_types::labels::TENANT.to_owned(), tenant.clone()),
                     (gryvia_types::labels::JOB_NAME.to_owned(), name.clone()),
                 ]
                 .into(),
@@ -130,7 +128,7 @@ pub fn usage_record(
             ..ObjectMeta::default()
         },
         spec: GryviaUsageRecordSpec {
-            tenant: world.tenant.clone().unwrap_or_else(|| namespace.clone()),
+            tenant,
             namespace,
             workload: WorkloadRef {
                 kind: "GryviaAIJob".to_owned(),

@@ -215,10 +215,6 @@ fn step_job(
     Ok(job)
 }
 
-fn finished(phase: JobPhase) -> bool {
-    matches!(phase, JobPhase::Succeeded | JobPhase::Failed)
-}
-
 /// The GryviaWorkflow controller's policy.
 #[derive(Clone, Debug, Default)]
 pub struct WorkflowReconciler;
@@ -255,7 +251,7 @@ impl crate::Reconcile for WorkflowReconciler {
             .collect();
         let active = steps
             .iter()
-            .filter(|s| phase_of(&s.name).is_some_and(|p| !finished(p)))
+            .filter(|s| phase_of(&s.name).is_some_and(|p| !p.is_finished()))
             .count();
 
         let mut invalid = check(workflow);
@@ -406,7 +402,7 @@ impl crate::Reconcile for WorkflowReconciler {
                 now,
             ),
         );
-        if current.phase != Some(phase) && finished(phase) {
+        if current.phase != Some(phase) && phase.is_finished() {
             let type_ = if phase == JobPhase::Succeeded {
                 EventType::Normal
             } else {
@@ -497,7 +493,7 @@ mod tests {
             name: job_name("pipe", step),
             phase: Some(phase),
             start_time: Some(ts("2026-01-01T10:00:00Z")),
-            completion_time: finished(phase).then(|| ts("2026-01-01T10:05:00Z")),
+            completion_time: phase.is_finished().then(|| ts("2026-01-01T10:05:00Z")),
         }
     }
 

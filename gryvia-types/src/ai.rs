@@ -393,6 +393,13 @@ pub enum JobPhase {
     Failed,
 }
 
+impl JobPhase {
+    /// Succeeded or Failed: nothing more happens.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // GryviaTemplate
 // ---------------------------------------------------------------------------------------------

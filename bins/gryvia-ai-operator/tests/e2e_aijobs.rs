@@ -608,6 +608,27 @@ where
         .unwrap()
 }
 
+/// A tenant that may only use H100s: an H100 SKU of its own and the tenant allowing just it.
+/// Returns the SKU's name.
+async fn h100_only_tenant(client: &kube::Client, tenant: &str) -> String {
+    let h100 = unique("e2e-h100");
+    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
+        client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": h100},
+        "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}}),
+    )
+    .await;
+    let _: gryvia_types::GryviaTenant = create_cluster_object(
+        client,
+        json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+        "spec": {"displayName": "H100 only", "allowedSkus": [h100]}}),
+    )
+    .await;
+    h100
+}
+
 #[tokio::test]
 async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environment() {
     let tenant = unique("e2e-ml");
@@ -617,27 +638,13 @@ async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environmen
     gryvia_client::crds::install(&client, Duration::from_secs(60))
         .await
         .unwrap();
-    let h100 = unique("e2e-h100");
+    let h100 = h100_only_tenant(&client, &tenant).await;
     let a100 = unique("e2e-a100");
-    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
-        &client,
-        json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": h100},
-        "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}}),
-    )
-    .await;
     let _: gryvia_types::GryviaGpuSku = create_cluster_object(
         &client,
         json!({
         "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": a100},
         "spec": {"gpuProduct": "NVIDIA-A100-SXM4-80GB", "pricePerGpuHour": "2.50"}}),
-    )
-    .await;
-    let _: gryvia_types::GryviaTenant = create_cluster_object(
-        &client,
-        json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
-        "spec": {"displayName": "ML", "allowedSkus": [h100]}}),
     )
     .await;
     let Some((s, _hooks)) =
@@ -1585,21 +1592,7 @@ async fn a_workflow_step_refused_by_the_admission_webhook_is_named_in_its_ready_
     gryvia_client::crds::install(&client, Duration::from_secs(60))
         .await
         .unwrap();
-    let h100 = unique("e2e-wf-h100");
-    let _: gryvia_types::GryviaGpuSku = create_cluster_object(
-        &client,
-        json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": h100},
-        "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}}),
-    )
-    .await;
-    let _: gryvia_types::GryviaTenant = create_cluster_object(
-        &client,
-        json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
-        "spec": {"displayName": "H100 only", "allowedSkus": [h100]}}),
-    )
-    .await;
+    h100_only_tenant(&client, &tenant).await;
     let Some((s, _hooks)) =
         Setup::with_webhooks("wf-refused", Some(("gryvia.io/tenant", &tenant)), &[]).await
     else {
