@@ -204,7 +204,8 @@ where
 /// the controller runtime's per-object backoff, and the drain loop's next round. Reads (GET,
 /// list and watch included) are retried in the request when the server answers 429, 503 or
 /// 504, as after a CRD change ("storage is (re)initializing"): up to 6 times, honouring
-/// `Retry-After`, within about 10 seconds.
+/// `Retry-After`, within about 10 seconds. Every request sent is counted in
+/// [`metrics::api_requests`] (`gryvia_api_requests_total` on `/metrics`).
 ///
 /// # Errors
 /// [`Error::Config`] when no configuration is found or it is unusable.
@@ -250,6 +251,11 @@ pub async fn connect_with(
     .map_err(|e| Error::Invalid(format!("read retry policy: {e}")))?;
     Ok(kube::client::ClientBuilder::try_from(config)
         .map_err(Error::Config)?
+        // Innermost: every request sent, retries included, is counted by verb and resource.
+        .with_layer(&tower::util::MapRequestLayer::new(|req: ApiRequest| {
+            metrics::count_request(&req);
+            req
+        }))
         // Retry needs a cloneable service; the buffer makes the boxed stack one.
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(ReadRetry(policy)))

@@ -44,6 +44,79 @@ pub struct WebhookLabels {
     pub allowed: bool,
 }
 
+/// Labels of an API request metric: the verb (`get`, `list`, `watch`, `create`, `update`,
+/// `patch`, `delete`) and the resource, with its subresource (`pods`, `gryviaaijobs/status`,
+/// `pods/eviction`). Both are bounded by the kinds a process talks to.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The Kubernetes verb.
+    pub verb: String,
+    /// The resource, `/subresource` appended when there is one.
+    pub resource: String,
+}
+
+/// Every request this process sent to the API server, by verb and resource (retries
+/// included). One family for the process: every [`Metrics`] registry exports it.
+pub fn api_requests() -> &'static Family<RequestLabels, Counter> {
+    static REQUESTS: std::sync::OnceLock<Family<RequestLabels, Counter>> =
+        std::sync::OnceLock::new();
+    REQUESTS.get_or_init(Family::default)
+}
+
+/// The verb and resource of a request to the API server, from its method and path (`None`
+/// for paths that address no resource, such as `/version` or discovery).
+pub fn classify_request(method: &http::Method, uri: &http::Uri) -> Option<RequestLabels> {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let rest = match segments.as_slice() {
+        ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] => rest,
+        _ => return None,
+    };
+    // `namespaces/NS/RESOURCE/...` addresses a namespaced resource; `namespaces/NAME[/status]`
+    // is the namespace itself.
+    let rest = match rest {
+        ["namespaces", _, resource, tail @ ..] if !matches!(*resource, "status" | "finalize") => {
+            let mut r = vec![*resource];
+            r.extend_from_slice(tail);
+            r
+        }
+        other => other.to_vec(),
+    };
+    let (resource, named, sub) = match rest.as_slice() {
+        [] => return None,
+        [resource] => (*resource, false, None),
+        [resource, _name] => (*resource, true, None),
+        [resource, _name, sub, ..] => (*resource, true, Some(*sub)),
+    };
+    let watch = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let verb = match *method {
+        http::Method::GET if watch => "watch",
+        http::Method::GET if named => "get",
+        http::Method::GET => "list",
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE if named => "delete",
+        http::Method::DELETE => "deletecollection",
+        _ => "other",
+    };
+    Some(RequestLabels {
+        verb: verb.to_owned(),
+        resource: match sub {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_owned(),
+        },
+    })
+}
+
+/// Counts a request in [`api_requests`].
+pub fn count_request<B>(request: &http::Request<B>) {
+    if let Some(labels) = classify_request(request.method(), request.uri()) {
+        api_requests().get_or_create(&labels).inc();
+    }
+}
+
 /// The metrics every controller records.
 #[derive(Clone)]
 pub struct Metrics {
@@ -106,6 +179,11 @@ impl Metrics {
             duration.clone(),
         );
         registry.register("leader", "1 while this replica leads", leader.clone());
+        registry.register(
+            "api_requests",
+            "Requests sent to the Kubernetes API server, by verb and resource",
+            api_requests().clone(),
+        );
         Metrics {
             registry: Arc::new(std::sync::Mutex::new(registry)),
             reconciles,
@@ -137,6 +215,69 @@ impl Metrics {
             let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(method: http::Method, uri: &str) -> Option<(String, String)> {
+        let uri: http::Uri = uri.parse().ok()?;
+        classify_request(&method, &uri).map(|l| (l.verb, l.resource))
+    }
+
+    fn pair(verb: &str, resource: &str) -> Option<(String, String)> {
+        Some((verb.to_owned(), resource.to_owned()))
+    }
+
+    #[test]
+    fn requests_are_named_by_verb_and_resource() {
+        use http::Method;
+        assert_eq!(
+            classify(Method::GET, "/api/v1/nodes"),
+            pair("list", "nodes")
+        );
+        assert_eq!(
+            classify(Method::GET, "/api/v1/nodes/n1"),
+            pair("get", "nodes")
+        );
+        assert_eq!(
+            classify(
+                Method::GET,
+                "/api/v1/pods?labelSelector=a&watch=true&timeoutSeconds=290"
+            ),
+            pair("watch", "pods")
+        );
+        assert_eq!(
+            classify(Method::GET, "/api/v1/namespaces/ns/pods"),
+            pair("list", "pods")
+        );
+        assert_eq!(
+            classify(Method::POST, "/api/v1/namespaces/ns/pods/p/eviction"),
+            pair("create", "pods/eviction")
+        );
+        assert_eq!(
+            classify(Method::GET, "/api/v1/namespaces/tenant-a"),
+            pair("get", "namespaces")
+        );
+        assert_eq!(
+            classify(Method::PUT, "/api/v1/namespaces/tenant-a/finalize"),
+            pair("update", "namespaces/finalize")
+        );
+        assert_eq!(
+            classify(
+                Method::PATCH,
+                "/apis/gryvia.io/v1alpha1/namespaces/ns/gryviaaijobs/j/status?fieldManager=x"
+            ),
+            pair("patch", "gryviaaijobs/status")
+        );
+        assert_eq!(
+            classify(Method::DELETE, "/apis/batch/v1/namespaces/ns/jobs/j"),
+            pair("delete", "jobs")
+        );
+        assert_eq!(classify(Method::GET, "/version"), None);
+        assert_eq!(classify(Method::GET, "/apis/gryvia.io/v1alpha1"), None);
     }
 }
 
