@@ -7,12 +7,15 @@
 //! has one; node operations patch the Node; evictions go through the Eviction API, so
 //! PodDisruptionBudgets are honoured and a blocked eviction is reported, never forced; Events
 //! are recorded through `events.k8s.io`. Every call runs under a timeout.
+//!
+//! A dry-run executor ([`Executor::dry_run`]) logs each Plan it is given and acts on nothing:
+//! what Gryvia would do on this cluster.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gryvia_reconcile::{Child, EventType, NodeOp, ObjectRef, Plan, Taint, TaintEffect};
+use gryvia_reconcile::{Child, EventType, Eviction, NodeOp, ObjectRef, Plan, Taint, TaintEffect};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, Patch,
@@ -24,7 +27,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Mutex;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::{Error, Result};
 
@@ -43,6 +46,8 @@ pub struct Outcome {
     /// Pods whose eviction a PodDisruptionBudget blocked (namespace/name); retried on the
     /// next reconcile.
     pub blocked_evictions: Vec<String>,
+    /// Pods whose eviction the API server accepted (namespace/name).
+    pub evicted: Vec<String>,
 }
 
 /// Applies Plans for one controller.
@@ -55,6 +60,7 @@ pub struct Executor {
     /// Objects a delete found already gone, and when: repeated deletes of absent children
     /// (a Plan says "must not exist" on every reconcile) are skipped for [`GONE_TTL`].
     gone: Arc<Mutex<HashMap<ObjectRef, std::time::Instant>>>,
+    dry_run: bool,
 }
 
 /// How long a delete that found its object gone is remembered.
@@ -102,7 +108,21 @@ impl Executor {
             field_manager: field_manager.to_owned(),
             kinds: Arc::default(),
             gone: Arc::default(),
+            dry_run: false,
         }
+    }
+
+    /// With `true`, [`Executor::apply`] logs each Plan (at info, with every action) and acts
+    /// on nothing.
+    #[must_use]
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Whether this executor only logs.
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
     }
 
     /// The Kubernetes client.
@@ -151,6 +171,17 @@ impl Executor {
         S: Serialize,
     {
         let mut outcome = Outcome::default();
+        if self.dry_run {
+            if !plan.is_noop() {
+                info!(
+                    controller = %self.field_manager,
+                    object = %format!("{}/{}", owner.meta().namespace.as_deref().unwrap_or(""), owner.name_any()),
+                    actions = ?plan.summary(),
+                    "dry run: would apply plan"
+                );
+            }
+            return Ok(outcome);
+        }
         for child in &plan.apply {
             self.apply_child(owner, child).await?;
         }
@@ -182,24 +213,9 @@ impl Executor {
             }
         }
         self.node_ops(&plan.node_ops).await?;
-        for ev in &plan.evictions {
-            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
-            let what = format!("evict pod {}/{}", ev.namespace, ev.pod);
-            match timed(what.clone(), pods.evict(&ev.pod, &EvictParams::default())).await {
-                Ok(_) => {}
-                Err(Error::Api {
-                    source: kube::Error::Api(s),
-                    ..
-                }) if s.code == 429 => {
-                    warn!(pod = %ev.pod, namespace = %ev.namespace, "eviction blocked by a PodDisruptionBudget");
-                    outcome
-                        .blocked_evictions
-                        .push(format!("{}/{}", ev.namespace, ev.pod));
-                }
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let evicted = self.evict(&plan.evictions).await?;
+        outcome.blocked_evictions = evicted.blocked_evictions;
+        outcome.evicted = evicted.evicted;
         let reference = owner.object_ref(&());
         for ev in &plan.events {
             let reference = match &ev.regarding {
@@ -233,6 +249,42 @@ impl Executor {
         }
         if !plan.notifications.is_empty() {
             crate::webhook::deliver_all(&self.client, &plan.notifications).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Asks the Eviction API to evict each pod: PodDisruptionBudgets are honoured (a refusal
+    /// is reported in [`Outcome::blocked_evictions`], never forced) and pods already gone are
+    /// skipped. A dry-run executor logs and evicts nothing.
+    ///
+    /// # Errors
+    /// The first API failure other than a budget's refusal or a pod already gone.
+    pub async fn evict(&self, evictions: &[Eviction]) -> Result<Outcome> {
+        let mut outcome = Outcome::default();
+        for ev in evictions {
+            let key = format!("{}/{}", ev.namespace, ev.pod);
+            if self.dry_run {
+                info!(pod = %key, reason = %ev.reason, "dry run: would evict");
+                continue;
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ev.namespace);
+            match timed(
+                format!("evict pod {key}"),
+                pods.evict(&ev.pod, &EvictParams::default()),
+            )
+            .await
+            {
+                Ok(_) => outcome.evicted.push(key),
+                Err(Error::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 429 => {
+                    warn!(pod = %ev.pod, namespace = %ev.namespace, "eviction blocked by a PodDisruptionBudget");
+                    outcome.blocked_evictions.push(key);
+                }
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(outcome)
     }

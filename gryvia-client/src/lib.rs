@@ -1,26 +1,25 @@
 //! Everything of Gryvia that talks to Kubernetes.
 //!
 //! Client construction (kubeconfig discovery as kubectl does it: in-cluster, `KUBECONFIG`,
-//! `~/.kube/config`), installation of the Gryvia CRDs with a wait for `Established`, and the
-//! machinery later controllers build on. Policy does not live here: it is in the pure
-//! `gryvia-reconcile` crate; this crate observes the world and applies Plans.
+//! `~/.kube/config`), installation of the Gryvia CRDs with a wait for `Established`, the
+//! runtime that drives every controller (`runtime`, `apply`, `cache`), one module per
+//! controller (`controllers`), the operators' compositions and flags (`operators`), and what
+//! the CLI, the gateway and the Python SDK call (`ops`). Policy does not live here: it is in
+//! the pure `gryvia-reconcile` crate; this crate observes the world and applies Plans. The
+//! map and the walkthrough "add a controller" are in `docs/architecture.md`.
 
 pub mod admission;
-pub mod aijob;
 pub mod apply;
-pub mod budget;
+pub mod cache;
+pub mod controllers;
 pub mod crds;
 pub mod gpu_agent;
-pub mod health;
-pub mod hooks;
-pub mod metering;
 pub mod metrics;
-pub mod operator;
+pub mod operators;
+pub mod ops;
 pub mod resources;
 pub mod runtime;
-pub mod tenancy;
 pub mod webhook;
-pub mod workflow;
 
 use std::time::Duration;
 
@@ -136,6 +135,8 @@ impl Error {
     pub fn requeue_after(&self) -> Duration {
         match self {
             Error::Config(_) => Duration::from_secs(60),
+            // A conflict is someone else's newer write: read again and retry soon.
+            Error::Api { .. } if self.status_code() == Some(409) => Duration::from_secs(1),
             Error::Api { .. } | Error::Timeout { .. } => Duration::from_secs(5),
             Error::Serialize { .. } => Duration::from_secs(300),
             Error::Finalizer(_) | Error::Webhook { .. } => Duration::from_secs(10),

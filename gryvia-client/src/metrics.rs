@@ -133,6 +133,10 @@ pub struct Metrics {
     pub webhook_reviews: Family<WebhookLabels, Counter>,
     /// Time to answer an admission review (label `controller`: the hook), seconds.
     pub webhook_duration: Family<ControllerLabels, Histogram>,
+    /// Pods evicted by a controller's Plans.
+    pub evictions: Family<ControllerLabels, Counter>,
+    /// Evictions of a controller's Plans that a PodDisruptionBudget refused (retried).
+    pub blocked_evictions: Family<ControllerLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -157,6 +161,14 @@ impl Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 16))
         });
         let leader = Family::<ControllerLabels, Gauge>::default();
+        let evictions = Family::<ControllerLabels, Counter>::default();
+        let blocked_evictions = Family::<ControllerLabels, Counter>::default();
+        registry.register("evictions", "Pods evicted by Plans", evictions.clone());
+        registry.register(
+            "evictions_blocked",
+            "Evictions a PodDisruptionBudget refused",
+            blocked_evictions.clone(),
+        );
         let webhook_reviews = Family::<WebhookLabels, Counter>::default();
         let webhook_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.00001, 2.0, 20))
@@ -192,6 +204,8 @@ impl Metrics {
             leader,
             webhook_reviews,
             webhook_duration,
+            evictions,
+            blocked_evictions,
         }
     }
 

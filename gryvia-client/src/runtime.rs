@@ -168,8 +168,10 @@ where
     ctx.metrics.reconciles.get_or_create(&labels).inc();
     let started = Instant::now();
     let api: Api<K> = crate::api_for(ctx.executor.client().clone(), obj.as_ref());
-    // The watch cache may lag behind (for example a reconcile triggered by a child's change
-    // right after the object was deleted): act on the object as the API server has it now.
+    // The one read that is not from a cache: the object itself, as the API server has it now.
+    // A status this controller just wrote may not have reached the watch cache yet, and
+    // deciding on a stale status would repeat its Events and deliveries; and a reconcile
+    // triggered by a child's change may come right after the object was deleted.
     let name = obj.meta().name.clone().unwrap_or_default();
     let fresh = match api.get_opt(&name).await {
         Ok(Some(fresh)) => Arc::new(fresh),
@@ -188,6 +190,10 @@ where
         return Ok(Action::await_change());
     }
     let result = match ctx.reconciler.finalizer() {
+        // A dry run adds and removes no finalizer: it decides as the finalizer helper would.
+        Some(_) if ctx.executor.is_dry_run() => {
+            act(&ctx, &obj, obj.meta().deletion_timestamp.is_some()).await
+        }
         Some(name) => finalizer(&api, name, obj.clone(), |event| async {
             match event {
                 FinalizerEvent::Apply(o) => act(&ctx, &o, false).await,
@@ -222,8 +228,13 @@ where
     } else {
         ctx.reconciler.reconcile(obj, &world, now)
     };
-    // Notifications go first, so the status written below can say what came of them.
-    let notifications = std::mem::take(&mut plan.notifications);
+    // Notifications go first, so the status written below can say what came of them. A dry
+    // run sends none (the Plan's summary lists them).
+    let notifications = if ctx.executor.is_dry_run() {
+        Vec::new()
+    } else {
+        std::mem::take(&mut plan.notifications)
+    };
     let deliveries = crate::webhook::deliver_each(ctx.executor.client(), &notifications).await;
     for (n, d) in notifications.iter().zip(&deliveries) {
         match d.failure() {
@@ -246,19 +257,36 @@ where
     } else {
         tracing::debug!(actions = ?plan.summary(), cleanup, "applying plan");
     }
-    if let Err(e) = ctx.executor.apply(obj, &plan).await {
-        let why = e.to_string();
-        if let Some(status) = ctx
-            .reconciler
-            .record_failure(obj, &why, jiff::Timestamp::now())
-        {
-            let mut record: gryvia_reconcile::Plan<S> = gryvia_reconcile::Plan::new();
-            record.status = Some(status);
-            if let Err(e2) = ctx.executor.apply(obj, &record).await {
-                warn!(error = %e2, "could not record the failure in the status");
+    let outcome = match ctx.executor.apply(obj, &plan).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let why = e.to_string();
+            if let Some(status) = ctx
+                .reconciler
+                .record_failure(obj, &why, jiff::Timestamp::now())
+            {
+                let mut record: gryvia_reconcile::Plan<S> = gryvia_reconcile::Plan::new();
+                record.status = Some(status);
+                if let Err(e2) = ctx.executor.apply(obj, &record).await {
+                    warn!(error = %e2, "could not record the failure in the status");
+                }
             }
+            return Err(e);
         }
-        return Err(e);
+    };
+    let labels = ControllerLabels {
+        controller: ctx.reconciler.name().to_owned(),
+    };
+    for (list, counter) in [
+        (&outcome.evicted, &ctx.metrics.evictions),
+        (&outcome.blocked_evictions, &ctx.metrics.blocked_evictions),
+    ] {
+        counter
+            .get_or_create(&labels)
+            .inc_by(u64::try_from(list.len()).unwrap_or(u64::MAX));
+    }
+    if !outcome.blocked_evictions.is_empty() {
+        info!(pods = ?outcome.blocked_evictions, "evictions blocked by PodDisruptionBudgets; retried on the next reconcile");
     }
     if !recorded {
         crate::webhook::first_failure(&notifications, &deliveries)?;
@@ -279,11 +307,13 @@ where
         error: err.metric_label().to_owned(),
     };
     ctx.metrics.errors.get_or_create(&labels).inc();
+    // Exponential per object, but never sooner than the error itself asks.
     let delay = ctx
         .backoff
         .fail(&key_of(obj.as_ref()))
+        .max(err.requeue_after())
         .max(Duration::from_millis(500))
-        .min(err.requeue_after().max(MAX_BACKOFF));
+        .min(MAX_BACKOFF);
     warn!(object = %key_of(obj.as_ref()), error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -436,7 +466,7 @@ pub fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
 /// cluster-scoped owner that reference differs from the one the primary watch produces
 /// (namespace `None`), so the same object could be reconciled twice at once. Cluster-scoped
 /// owners therefore watch their children through this mapper instead.
-pub fn cluster_owner<K, C>(child: C) -> Option<kube::runtime::reflector::ObjectRef<K>>
+pub fn cluster_owner<K, C>(child: &C) -> Option<kube::runtime::reflector::ObjectRef<K>>
 where
     K: Resource<DynamicType = ()>,
     C: Resource,
@@ -465,7 +495,7 @@ mod tests {
             ]}
         }))
         .unwrap();
-        let owner = cluster_owner::<gryvia_types::GryviaTenant, _>(rq).unwrap();
+        let owner = cluster_owner::<gryvia_types::GryviaTenant, _>(&rq).unwrap();
         assert_eq!(owner, kube::runtime::reflector::ObjectRef::new("a"));
         assert_eq!(owner.namespace, None);
     }

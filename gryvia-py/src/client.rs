@@ -247,7 +247,7 @@ async fn op_wait_job(
 ) -> PyResult<Py<PyAny>> {
     let ns = namespace.unwrap_or_else(|| s.resources.default_namespace().to_owned());
     let job =
-        gryvia_client::aijob::wait_finished(s.resources.client(), &ns, &name, timeout, |_| {})
+        gryvia_client::ops::jobs::wait_finished(s.resources.client(), &ns, &name, timeout, |_| {})
             .await
             .map_err(py_err)?;
     let v = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
@@ -260,7 +260,7 @@ async fn op_submit(s: Shared, job: Value, wait: bool, timeout: Duration) -> PyRe
     if job.metadata.namespace.is_none() {
         job.metadata.namespace = Some(s.resources.default_namespace().to_owned());
     }
-    let created = gryvia_client::aijob::submit(s.resources.client(), &job)
+    let created = gryvia_client::ops::jobs::submit(s.resources.client(), &job)
         .await
         .map_err(py_err)?;
     if wait {

@@ -458,7 +458,9 @@ async fn a_template_renders_into_a_job_that_runs_and_counts_it() {
         ("batchSize".to_owned(), "64".to_owned()),
     ]);
     let job = gryvia_reconcile::template::render(&tpl, "from-tpl", &s.ns.name, &params).unwrap();
-    gryvia_client::aijob::submit(&s.client, &job).await.unwrap();
+    gryvia_client::ops::jobs::submit(&s.client, &job)
+        .await
+        .unwrap();
     let done = s
         .wait_phase("from-tpl", JobPhase::Succeeded, Duration::from_secs(90))
         .await;

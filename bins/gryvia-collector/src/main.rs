@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use gryvia_client::metrics::{Health, Metrics};
-use gryvia_client::operator::{exit_code, init_logging, shutdown_signal};
+use gryvia_client::operators::{exit_code, init_logging, shutdown_signal};
 use gryvia_ebpf::report::{self, CgroupIndex, PodRef, PodResolver};
 use gryvia_ebpf::{Collector, Options, Programs, Snapshot};
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

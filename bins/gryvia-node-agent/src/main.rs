@@ -13,7 +13,7 @@ use gryvia_client::gpu_agent::{
     Agent, AgentConfig, DryRunExecutor, GpuSource, HostExecutor, NvmlSource, RemediationExecutor,
     TraceSource,
 };
-use gryvia_client::operator::{init_logging, shutdown_signal};
+use gryvia_client::operators::{init_logging, shutdown_signal};
 
 /// Reports a node's GPUs (NVML or a replayed trace) and carries out remediation steps.
 #[derive(Parser, Debug)]
@@ -53,7 +53,7 @@ struct Flags {
 fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
     init_logging(&flags.log_format);
-    gryvia_client::operator::exit_code(run(flags))
+    gryvia_client::operators::exit_code(run(flags))
 }
 
 fn run(flags: Flags) -> anyhow::Result<()> {

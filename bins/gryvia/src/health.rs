@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
-use gryvia_client::health::DrainProgress;
+use gryvia_client::ops::nodes::DrainProgress;
 use gryvia_types::{
     GryviaGpuNode, GryviaHealthCheck, GryviaNetwork, GryviaStorage, Verdict, labels,
 };
@@ -212,7 +212,7 @@ pub async fn health(scope: Option<HealthScope>, output: Output) -> anyhow::Resul
 /// `gryvia get node NAME`.
 pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
-    let report = gryvia_client::health::node_report(&client, name).await?;
+    let report = gryvia_client::ops::nodes::node_report(&client, name).await?;
     if output != Output::Table {
         let json = serde_json::json!({
             "node": report.node.name_any(),
@@ -223,7 +223,7 @@ pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
         });
         return print_objects(&[json], output);
     }
-    let info = gryvia_client::health::node_info(&report.node);
+    let info = gryvia_client::ops::nodes::node_info(&report.node);
     let mut out = format!(
         "Node:          {}\nSchedulable:   {}\nQuarantined:   {}\nMaintenance:   {}\n",
         info.name,
@@ -342,7 +342,7 @@ pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
                 bail!("--reason must not be empty");
             }
             let was_schedulable =
-                gryvia_client::health::start_maintenance(&client, &node, &reason).await?;
+                gryvia_client::ops::nodes::start_maintenance(&client, &node, &reason).await?;
             println!(
                 "node {node} {} (reason: {reason})",
                 if was_schedulable {
@@ -353,7 +353,7 @@ pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
             );
             if drain {
                 let mut last = String::new();
-                let result = gryvia_client::health::drain(
+                let result = gryvia_client::ops::nodes::drain(
                     &client,
                     &node,
                     Duration::from_secs(timeout),
@@ -390,7 +390,7 @@ pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
             Ok(())
         }
         MaintenanceCommand::End { node } => {
-            let done = gryvia_client::health::end_maintenance(&client, &node).await?;
+            let done = gryvia_client::ops::nodes::end_maintenance(&client, &node).await?;
             if done.is_empty() {
                 println!("node {node}: maintenance ended (nothing to undo)");
             } else {

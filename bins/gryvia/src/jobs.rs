@@ -73,7 +73,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let mut to_create = jobs;
     if let Some(tpl) = &args.template {
         to_create.push(
-            gryvia_client::aijob::render_template(
+            gryvia_client::ops::jobs::render_template(
                 &client,
                 tpl,
                 args.name.as_deref(),
@@ -90,7 +90,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         } else if job.metadata.namespace.is_none() {
             job.metadata.namespace = Some(default_ns.clone());
         }
-        let job = gryvia_client::aijob::submit(&client, &job).await?;
+        let job = gryvia_client::ops::jobs::submit(&client, &job).await?;
         println!(
             "gryviaaijob {}/{} created",
             job.namespace().unwrap_or_default(),
@@ -105,7 +105,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     for job in created {
         let ns = job.namespace().unwrap_or_default();
         let name = job.name_any();
-        let done = gryvia_client::aijob::wait_finished(
+        let done = gryvia_client::ops::jobs::wait_finished(
             &client,
             &ns,
             &name,
@@ -160,7 +160,7 @@ fn jobs_from_file(file: &std::path::Path) -> anyhow::Result<Vec<GryviaAIJob>> {
 pub async fn status(name: &str, namespace: Option<String>, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
-    let job = gryvia_client::aijob::get(&client, &ns, name)
+    let job = gryvia_client::ops::jobs::get(&client, &ns, name)
         .await?
         .with_context(|| format!("job {ns}/{name} not found"))?;
     if output != Output::Table {
@@ -205,7 +205,7 @@ pub async fn status(name: &str, namespace: Option<String>, output: Output) -> an
         ]);
     }
     out.push_str(&conds.render());
-    let pods = gryvia_client::aijob::pods_of(&client, &ns, name).await?;
+    let pods = gryvia_client::ops::jobs::pods_of(&client, &ns, name).await?;
     if !pods.is_empty() {
         out.push('\n');
         let mut t = Table::new(&["POD", "NODE", "PHASE"]);
@@ -250,11 +250,11 @@ pub async fn logs(
 ) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
-    gryvia_client::aijob::get(&client, &ns, name)
+    gryvia_client::ops::jobs::get(&client, &ns, name)
         .await?
         .with_context(|| format!("job {ns}/{name} not found"))?;
     let latest = gryvia_reconcile::aijob::newest_attempts(
-        gryvia_client::aijob::pods_of(&client, &ns, name).await?,
+        gryvia_client::ops::jobs::pods_of(&client, &ns, name).await?,
         worker,
     );
     if latest.is_empty() {
@@ -312,7 +312,7 @@ pub async fn logs(
 pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = (!all).then(|| namespace.unwrap_or_else(|| client.default_namespace().to_owned()));
-    let jobs = gryvia_client::aijob::pending(&client, ns.as_deref()).await?;
+    let jobs = gryvia_client::ops::jobs::pending(&client, ns.as_deref()).await?;
     if output != Output::Table {
         return print_objects(&jobs, output);
     }
@@ -365,7 +365,7 @@ pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyh
 /// `gryvia capacity`.
 pub async fn capacity(output: Output, by_node: bool) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
-    let nodes = gryvia_client::aijob::capacity(&client).await?;
+    let nodes = gryvia_client::ops::jobs::capacity(&client).await?;
     if output != Output::Table {
         return print_objects(&nodes, output);
     }

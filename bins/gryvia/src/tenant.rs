@@ -103,7 +103,7 @@ pub async fn run(cmd: TenantCommand) -> anyhow::Result<()> {
         TenantCommand::Create(args) => {
             let tenant = build(&args)?;
             let client = gryvia_client::connect().await?;
-            let applied = gryvia_client::tenancy::apply_tenant(&client, &tenant).await?;
+            let applied = gryvia_client::ops::tenants::apply_tenant(&client, &tenant).await?;
             println!(
                 "tenant {} applied (namespace tenant-{})",
                 applied.name_any(),
@@ -113,7 +113,7 @@ pub async fn run(cmd: TenantCommand) -> anyhow::Result<()> {
         }
         TenantCommand::List { output } => {
             let client = gryvia_client::connect().await?;
-            let tenants = gryvia_client::tenancy::list_tenants(&client).await?;
+            let tenants = gryvia_client::ops::tenants::list_tenants(&client).await?;
             if output != Output::Table {
                 return print_objects(&tenants, output);
             }
@@ -141,7 +141,7 @@ pub async fn run(cmd: TenantCommand) -> anyhow::Result<()> {
         }
         TenantCommand::Get { name, output } => {
             let client = gryvia_client::connect().await?;
-            let Some(t) = gryvia_client::tenancy::get_tenant(&client, &name).await? else {
+            let Some(t) = gryvia_client::ops::tenants::get_tenant(&client, &name).await? else {
                 bail!("tenant {name:?} not found");
             };
             if output != Output::Table {
@@ -219,7 +219,7 @@ fn ready(t: &GryviaTenant) -> String {
 /// `gryvia quota NAME [--budget]`.
 pub async fn quota(name: &str, budget: bool, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
-    let Some(t) = gryvia_client::tenancy::get_tenant(&client, name).await? else {
+    let Some(t) = gryvia_client::ops::tenants::get_tenant(&client, name).await? else {
         bail!("tenant {name:?} not found");
     };
     if output != Output::Table {
@@ -245,7 +245,7 @@ pub async fn quota(name: &str, budget: bool, output: Output) -> anyhow::Result<(
     }
     table.print();
     if budget {
-        let budgets = gryvia_client::tenancy::budgets_of(&client, name)
+        let budgets = gryvia_client::ops::tenants::budgets_of(&client, name)
             .await
             .context("read budgets")?;
         println!();

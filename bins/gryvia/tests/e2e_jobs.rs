@@ -33,10 +33,15 @@ struct Controllers(tokio::task::JoinHandle<()>);
 
 impl Controllers {
     fn start(client: &kube::Client) -> Self {
-        let start = gryvia_client::aijob::controllers(
+        let start = gryvia_client::operators::ai::controllers(
+            &<gryvia_client::operators::ai::Flags as clap::Parser>::parse_from([
+                "gryvia-ai-operator",
+            ]),
+        )
+        .into_controllers(
             client.clone(),
-            gryvia_client::aijob::AiOptions::default(),
             gryvia_client::metrics::Metrics::new(),
+            false,
         );
         Controllers(tokio::spawn(start()))
     }
@@ -197,7 +202,7 @@ async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
         .unwrap();
     let name = created.split('/').nth(1).unwrap().to_owned();
     assert!(name.starts_with(&format!("{tpl_name}-")), "{name}");
-    let job = gryvia_client::aijob::get(&client, &ns.name, &name)
+    let job = gryvia_client::ops::jobs::get(&client, &ns.name, &name)
         .await
         .unwrap()
         .unwrap();
@@ -307,8 +312,13 @@ async fn quota_with_budget_shows_the_budgets_spend_and_state() {
                  "limits": {"costUSD": 40}, "alerts": [{"threshold": 20}]}}),
     )
     .await;
-    let controllers =
-        gryvia_client::budget::controllers(client.clone(), gryvia_client::metrics::Metrics::new());
+    let controllers = gryvia_client::operators::ControllerSet::new()
+        .with(gryvia_client::controllers::budget::controller)
+        .into_controllers(
+            client.clone(),
+            gryvia_client::metrics::Metrics::new(),
+            false,
+        );
     let running = tokio::spawn(controllers());
     let line = wait_for(
         "the budget in gryvia quota --budget",

@@ -235,7 +235,7 @@ async fn main() -> anyhow::Result<()> {
             .await;
     }
     for name in written.keys() {
-        gryvia_client::health::end_maintenance(&client, name).await?;
+        gryvia_client::ops::nodes::end_maintenance(&client, name).await?;
     }
     Ok(())
 }

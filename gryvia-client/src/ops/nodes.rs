@@ -1,31 +1,21 @@
-//! The observe half and the wiring of the GPU health controller that the gpu-operator runs,
-//! and the node operations of `gryvia maintenance` and `gryvia health`. The policy is in
-//! `gryvia_reconcile::health`.
+//! Nodes for the CLI, the gateway and the Python SDK: what the health policy reads of nodes,
+//! pods and budgets, maintenance start and end, drains through the Eviction API (on the same
+//! executor as the controllers), and a node's health report.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
-use gryvia_reconcile::health::{
-    DrainPlan, HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo, PdbInfo, PodInfo,
-    drain_plan,
-};
+use gryvia_reconcile::Eviction;
+use gryvia_reconcile::health::{DrainPlan, NodeInfo, PdbInfo, PodInfo, drain_plan};
 use gryvia_types::labels;
-use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, StepPhase};
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apply::Executor;
-use crate::metrics::Metrics;
-use crate::runtime::{Context, Observe, run, spec_or_lifecycle};
 use crate::{Error, Result, api_err};
 
 /// What the health policy needs to know about a Node.
@@ -119,166 +109,8 @@ pub async fn pods_and_budgets(
     Ok((pods, pdbs))
 }
 
-/// Observes a health check: nodes and GryviaGpuNodes from the watch caches, and the pods and
-/// budgets of the nodes it quarantined.
-pub struct HealthObserver {
-    client: kube::Client,
-    nodes: Store<Node>,
-    gpu_nodes: Store<GryviaGpuNode>,
-    checks: Store<GryviaHealthCheck>,
-}
-
-#[async_trait::async_trait]
-impl Observe for HealthObserver {
-    type Object = GryviaHealthCheck;
-    type World = HealthWorld;
-
-    async fn observe(&self, hc: &GryviaHealthCheck) -> Result<HealthWorld> {
-        let name = hc.name_any();
-        // Verdicts need the whole picture. The GryviaGpuNode watch is driven by the
-        // controller itself, so its cache fills while the first reconcile waits here.
-        for ready in [
-            self.nodes.wait_until_ready().boxed(),
-            self.gpu_nodes.wait_until_ready().boxed(),
-        ] {
-            if tokio::time::timeout(Duration::from_secs(30), ready)
-                .await
-                .is_err()
-            {
-                return Err(Error::Timeout {
-                    what: "the node and GryviaGpuNode caches to fill".to_owned(),
-                    after: Duration::from_secs(30),
-                });
-            }
-        }
-        let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| node_info(n)).collect();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        let gpu_nodes: BTreeMap<String, GryviaGpuNode> = self
-            .gpu_nodes
-            .state()
-            .iter()
-            .map(|g| (g.spec.node_name.clone(), (**g).clone()))
-            .collect();
-        let mut pods = BTreeMap::new();
-        let mut pdbs = Vec::new();
-        if hc.spec.on_failure.drain {
-            let mut seen = BTreeSet::new();
-            for n in nodes
-                .iter()
-                .filter(|n| n.quarantined_by.as_deref() == Some(name.as_str()))
-            {
-                let (p, b) = pods_and_budgets(&self.client, &n.name).await?;
-                for budget in b {
-                    if seen.insert((budget.namespace.clone(), budget.name.clone())) {
-                        pdbs.push(budget);
-                    }
-                }
-                pods.insert(n.name.clone(), p);
-            }
-        }
-        let remediating_elsewhere = self
-            .checks
-            .state()
-            .iter()
-            .filter(|other| other.name_any() != name)
-            .filter_map(|other| other.status.as_ref())
-            .flat_map(|s| s.nodes.iter())
-            .filter(|r| {
-                r.remediation
-                    .as_ref()
-                    .is_some_and(|s| s.phase != StepPhase::Failed)
-            })
-            .map(|r| r.node.clone())
-            .collect();
-        Ok(HealthWorld {
-            nodes,
-            gpu_nodes,
-            pods,
-            pdbs,
-            remediating_elsewhere,
-        })
-    }
-}
-
-/// A hash of a GryviaGpuNode's remediation result: the gpu-operator reacts at once when the
-/// agent reports on a step (other observations are read on the check's schedule).
-fn remediation_result_changed(g: &GryviaGpuNode) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    g.status
-        .as_ref()
-        .and_then(|s| s.remediation_result.as_ref())
-        .map(|r| (r.id.clone(), format!("{:?}", r.phase)))
-        .hash(&mut h);
-    Some(h.finish())
-}
-
-/// Builds the GPU health controller; the returned closure starts it (each time this replica
-/// becomes leader).
-pub fn controllers(
-    client: kube::Client,
-    options: HealthOptions,
-    metrics: Metrics,
-) -> crate::runtime::Controllers {
-    Box::new(move || -> BoxFuture<'static, ()> {
-        let client = client.clone();
-        let metrics = metrics.clone();
-        Box::pin(async move {
-            let (nodes, node_writer) = reflector::store();
-            let node_stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-                .default_backoff()
-                .reflect(node_writer)
-                .for_each(|_| futures::future::ready(()));
-            let (gpu_nodes, gpu_writer) = reflector::store();
-            let (checks, check_writer) = reflector::store();
-            let check_api: Api<GryviaHealthCheck> = Api::all(client.clone());
-            let check_events = watcher(check_api, watcher::Config::default())
-                .default_backoff()
-                .reflect(check_writer)
-                .applied_objects()
-                .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
-            let all_checks = checks.clone();
-            let gpu_events = watcher(
-                Api::<GryviaGpuNode>::all(client.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .reflect(gpu_writer)
-            .applied_objects()
-            .predicate_filter(remediation_result_changed, PredicateConfig::default());
-            let controller = Controller::for_stream(check_events, checks.clone()).watches_stream(
-                gpu_events,
-                move |_: GryviaGpuNode| {
-                    all_checks
-                        .state()
-                        .iter()
-                        .map(|c| ObjectRef::from_obj(c.as_ref()))
-                        .collect::<Vec<_>>()
-                },
-            );
-            let reconciler = HealthCheckReconciler { options };
-            let executor = Executor::new(
-                client.clone(),
-                gryvia_reconcile::Reconcile::name(&reconciler),
-            );
-            let observer = HealthObserver {
-                client: client.clone(),
-                nodes,
-                gpu_nodes,
-                checks,
-            };
-            let ctx = Arc::new(Context::new(reconciler, observer, executor, metrics));
-            futures::join!(node_stream, run(controller, ctx));
-        })
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Manual maintenance (`gryvia maintenance start|end`)
-// ---------------------------------------------------------------------------------------------
-
 /// Field manager of node changes made by the CLI.
-pub const MAINTENANCE_MANAGER: &str = "gryvia-cli";
+pub const MAINTENANCE_MANAGER: &str = super::CLI_MANAGER;
 
 /// Puts `node` into maintenance: annotates it with the reason and cordons it. Returns whether
 /// the node was schedulable before (then `end_maintenance` uncordons it).
@@ -382,8 +214,9 @@ pub enum DrainProgress {
     },
 }
 
-/// Drains `node` through the Eviction API (PodDisruptionBudgets are honoured; nothing is
-/// deleted directly), calling `progress` as it goes, until no evictable pod is left or
+/// Drains `node` through the Eviction API with the controllers' executor
+/// ([`Executor::evict`]: PodDisruptionBudgets are honoured; nothing is deleted directly),
+/// calling `progress` as it goes, until no evictable pod is left or
 /// `timeout` passes. Returns the final plan (empty when drained).
 ///
 /// # Errors
@@ -398,6 +231,7 @@ pub async fn drain(
 ) -> Result<DrainPlan> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    let executor = Executor::new(client.clone(), MAINTENANCE_MANAGER);
     loop {
         let (pods, pdbs) = pods_and_budgets(client, node).await?;
         let plan = drain_plan(&pods, &pdbs);
@@ -406,29 +240,23 @@ pub async fn drain(
         }
         // Every evictable or blocked pod is asked to leave: the API server decides with the
         // budget's current state, which may have changed since it was read.
-        let ask: Vec<(String, String)> = plan
+        let ask: Vec<Eviction> = plan
             .evict
             .iter()
             .chain(plan.blocked.iter().map(|b| &b.pod))
-            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .map(|p| Eviction {
+                namespace: p.namespace.clone(),
+                pod: p.name.clone(),
+                reason: format!("drain of node {node}"),
+            })
             .collect();
-        for (ns, name) in ask {
-            let key = format!("{ns}/{name}");
-            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            match api.evict(&name, &EvictParams::default()).await {
-                Ok(_) => progress(&DrainProgress::Evicted(key)),
-                Err(kube::Error::Api(s)) if s.code == 429 => {
-                    if reported.insert(key.clone()) {
-                        progress(&DrainProgress::Blocked(key));
-                    }
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(source) => {
-                    return Err(Error::Api {
-                        operation: format!("evict pod {key}"),
-                        source,
-                    });
-                }
+        let outcome = executor.evict(&ask).await?;
+        for key in outcome.evicted {
+            progress(&DrainProgress::Evicted(key));
+        }
+        for key in outcome.blocked_evictions {
+            if reported.insert(key.clone()) {
+                progress(&DrainProgress::Blocked(key));
             }
         }
         progress(&DrainProgress::Waiting {

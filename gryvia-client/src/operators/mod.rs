@@ -1,12 +1,93 @@
-//! What every Gryvia operator binary shares: the common flags (metrics address, leader
-//! election, log format), logging setup, signal handling, and the run loop that serves
-//! `/metrics` `/healthz` `/readyz` while the controllers run under leader election.
+//! The operators: which controllers each composes and its flags (`quota`, `gpu`, `ai`), and
+//! what every Gryvia operator binary shares: the common flags (metrics address, leader
+//! election, `--dry-run`, log format), logging setup, signal handling, the [`ControllerSet`]
+//! an operator builds, and the run loop that serves `/metrics` `/healthz` `/readyz` while the
+//! controllers run under leader election.
+
+pub mod ai;
+pub mod gpu;
+pub mod quota;
 
 use std::net::SocketAddr;
 
+use futures::future::BoxFuture;
+
+use crate::controllers::{Running, Shared};
 use crate::metrics::{Health, Metrics};
 use crate::runtime::{Controllers, LeaseSettings};
 use crate::{Error, Result};
+
+type Start = Box<dyn Fn(&Shared) -> Running + Send + Sync>;
+
+/// The controllers an operator runs: each started with what they share ([`Shared`]: the
+/// client, the metrics, one set of watch caches, dry-run) every time this replica leads.
+#[derive(Default)]
+pub struct ControllerSet {
+    starts: Vec<Start>,
+}
+
+impl std::fmt::Debug for ControllerSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerSet")
+            .field("controllers", &self.starts.len())
+            .finish()
+    }
+}
+
+impl ControllerSet {
+    /// No controllers yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a controller (a `controller` function of `crate::controllers`).
+    #[must_use]
+    pub fn with(mut self, start: impl Fn(&Shared) -> Running + Send + Sync + 'static) -> Self {
+        self.starts.push(Box::new(start));
+        self
+    }
+
+    /// Adds a controller when `on` (an opt-in flag).
+    #[must_use]
+    pub fn with_if(
+        self,
+        on: bool,
+        start: impl Fn(&Shared) -> Running + Send + Sync + 'static,
+    ) -> Self {
+        if on { self.with(start) } else { self }
+    }
+
+    /// How many controllers the set holds.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// What the runtime starts each time this replica becomes leader: fresh caches, every
+    /// controller, and the caches' watches, until the controllers end.
+    pub fn into_controllers(
+        self,
+        client: kube::Client,
+        metrics: Metrics,
+        dry_run: bool,
+    ) -> Controllers {
+        Box::new(move || -> BoxFuture<'static, ()> {
+            let shared = Shared::new(client.clone(), metrics.clone(), dry_run);
+            let running: Vec<Running> = self.starts.iter().map(|start| start(&shared)).collect();
+            let caches = shared.caches.run();
+            Box::pin(async move {
+                tokio::select! {
+                    _ = futures::future::join_all(running) => {}
+                    () = caches => {}
+                }
+            })
+        })
+    }
+}
 
 /// Flags every operator takes (flatten into the binary's own `clap::Parser`).
 #[derive(clap::Args, Debug, Clone)]
@@ -32,10 +113,14 @@ pub struct OperatorFlags {
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Observe and decide as usual, log every Plan, act on nothing: what the operator would
+    /// do on this cluster. Takes no Lease (a running operator keeps leading).
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 impl OperatorFlags {
-    /// The Lease of operator `name`, or `None` with `--no-leader-election`.
+    /// The Lease of operator `name`, or `None` with `--no-leader-election` or `--dry-run`.
     ///
     /// # Errors
     /// [`Error::LeaderElection`] when `--lease-grace` is not below `--lease-duration`.
@@ -46,16 +131,18 @@ impl OperatorFlags {
                 self.lease_grace, self.lease_duration
             )));
         }
-        Ok((!self.no_leader_election).then(|| LeaseSettings {
-            name: name.to_owned(),
-            namespace: self.lease_namespace.clone(),
-            identity: self.identity.clone().unwrap_or_else(|| {
-                let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
-                format!("{host}-{}", std::process::id())
+        Ok(
+            (!self.no_leader_election && !self.dry_run).then(|| LeaseSettings {
+                name: name.to_owned(),
+                namespace: self.lease_namespace.clone(),
+                identity: self.identity.clone().unwrap_or_else(|| {
+                    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".to_owned());
+                    format!("{host}-{}", std::process::id())
+                }),
+                duration_seconds: self.lease_duration,
+                grace_seconds: self.lease_grace,
             }),
-            duration_seconds: self.lease_duration,
-            grace_seconds: self.lease_grace,
-        }))
+        )
     }
 }
 
@@ -105,39 +192,36 @@ pub async fn shutdown_signal() {
 }
 
 /// Work an operator runs on every replica, leader or not (an admission webhook server).
-pub type Sidecar = futures::future::BoxFuture<'static, Result<()>>;
+pub type Sidecar = BoxFuture<'static, Result<()>>;
+
+/// Builds the sidecar of an operator from its client and metrics.
+pub type SidecarBuilder = Box<dyn FnOnce(kube::Client, Metrics) -> Option<Sidecar>>;
 
 /// The whole life of operator `name` on a runtime of its own: checks the flags, connects
-/// ([`crate::connect`]), builds the controllers with `build` and [`run`]s them.
+/// ([`crate::connect`]), starts `controllers` (and the sidecar `sidecar` builds, if any) and
+/// [`run`]s them.
 ///
 /// # Errors
 /// Invalid lease flags, no cluster configuration, or what [`run`] returns.
 pub fn run_blocking(
     name: &str,
     flags: &OperatorFlags,
-    build: impl FnOnce(kube::Client, Metrics) -> Controllers,
-) -> Result<()> {
-    run_blocking_with(name, flags, |client, metrics| {
-        (build(client, metrics), None)
-    })
-}
-
-/// Like [`run_blocking`], with a [`Sidecar`] that runs on every replica beside the
-/// leader-elected controllers; the operator stops when it fails.
-///
-/// # Errors
-/// Invalid lease flags, no cluster configuration, or what [`run`] returns.
-pub fn run_blocking_with(
-    name: &str,
-    flags: &OperatorFlags,
-    build: impl FnOnce(kube::Client, Metrics) -> (Controllers, Option<Sidecar>),
+    controllers: ControllerSet,
+    sidecar: Option<SidecarBuilder>,
 ) -> Result<()> {
     flags.lease(name)?;
+    if flags.dry_run {
+        tracing::info!(
+            "dry run: observing and deciding as usual, logging every Plan, acting on nothing"
+        );
+    }
     let rt = tokio::runtime::Runtime::new().map_err(Error::Runtime)?;
     rt.block_on(async {
         let client = crate::connect().await?;
         let metrics = Metrics::new();
-        let (controllers, sidecar) = build(client.clone(), metrics.clone());
+        let sidecar = sidecar.and_then(|build| build(client.clone(), metrics.clone()));
+        let controllers =
+            controllers.into_controllers(client.clone(), metrics.clone(), flags.dry_run);
         run(name, flags, client, metrics, controllers, sidecar).await
     })
 }

@@ -1,0 +1,76 @@
+//! The GryviaBudget controller of the quota-operator: spend of a scope in its period from the
+//! usage records, forecast and state (policy: `gryvia_reconcile::budget`; the ai-operator's
+//! admission gate reads the state, `crate::admission`).
+
+use std::sync::Arc;
+
+use gryvia_reconcile::budget::{BudgetReconciler, BudgetWorld};
+use gryvia_reconcile::metering::Sku;
+use gryvia_types::{GryviaBudget, GryviaGpuSku, GryviaUsageRecord};
+use kube::runtime::controller::Controller;
+use kube::runtime::predicates;
+use kube::runtime::reflector::Store;
+
+use super::{Running, Shared, all_of, changed};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::runtime::{Observe, run, spec_or_lifecycle};
+
+/// The GryviaGpuSku catalogue in `skus`, as metering and budgets price with it.
+pub fn catalogue(skus: &Store<GryviaGpuSku>) -> Vec<Sku> {
+    let mut all = skus.state();
+    all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    all.iter().filter_map(|s| Sku::of(s)).collect()
+}
+
+/// Observes what a budget counts: every usage record and the catalogue.
+pub struct BudgetObserver {
+    records: Store<GryviaUsageRecord>,
+    skus: Store<GryviaGpuSku>,
+}
+
+#[async_trait::async_trait]
+impl Observe for BudgetObserver {
+    type Object = GryviaBudget;
+    type World = BudgetWorld;
+
+    async fn observe(&self, _budget: &GryviaBudget) -> Result<BudgetWorld> {
+        wait_ready(&self.records, "GryviaUsageRecord").await?;
+        wait_ready(&self.skus, "GryviaGpuSku").await?;
+        let mut records: Vec<GryviaUsageRecord> =
+            self.records.state().iter().map(|r| (**r).clone()).collect();
+        records.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(BudgetWorld {
+            records,
+            skus: catalogue(&self.skus),
+        })
+    }
+}
+
+/// The budget controller: a budget is reconciled when it changes, when a usage record of any
+/// scope or the catalogue changes, and every minute (its Plan's requeue).
+pub fn controller(shared: &Shared) -> Running {
+    let c = &shared.caches;
+    let budgets: Store<GryviaBudget> = c.store();
+    let for_records = budgets.clone();
+    let for_skus = budgets.clone();
+    let ctrl = Controller::for_shared_stream(
+        changed(c.subscribe::<GryviaBudget>(), spec_or_lifecycle),
+        budgets,
+    )
+    // A record's spec (opened, closed), not its minutely re-pricing: a budget prices records
+    // itself, and refreshes every minute anyway.
+    .watches_shared_stream(
+        changed(c.subscribe::<GryviaUsageRecord>(), predicates::generation),
+        move |_r: Arc<GryviaUsageRecord>| all_of(&for_records),
+    )
+    .watches_shared_stream(
+        c.subscribe::<GryviaGpuSku>(),
+        move |_s: Arc<GryviaGpuSku>| all_of(&for_skus),
+    );
+    let observer = BudgetObserver {
+        records: c.store(),
+        skus: c.store(),
+    };
+    Box::pin(run(ctrl, shared.context(BudgetReconciler, observer)))
+}

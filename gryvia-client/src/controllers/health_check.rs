@@ -1,0 +1,162 @@
+//! The GryviaHealthCheck controller of the gpu-operator: verdicts from the node agents'
+//! observations, quarantine, drain and the remediation ladder (policy:
+//! `gryvia_reconcile::health`). Reads nodes, GryviaGpuNodes, the other checks and the pods and
+//! budgets of the nodes a check quarantined from the operator's caches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gryvia_reconcile::health::{HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo};
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, StepPhase};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::Store;
+
+use super::{Running, Shared, all_of, changed};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::ops::nodes::{node_info, pdb_info, pod_info};
+use crate::runtime::{Observe, run, spec_or_lifecycle};
+
+/// Observes a health check: nodes, GryviaGpuNodes, the other checks, and the pods and
+/// budgets of the nodes it quarantined.
+pub struct HealthObserver {
+    nodes: Store<Node>,
+    gpu_nodes: Store<GryviaGpuNode>,
+    checks: Store<GryviaHealthCheck>,
+    pods: Store<Pod>,
+    pdbs: Store<PodDisruptionBudget>,
+}
+
+impl HealthObserver {
+    /// The pods on each node `check` quarantined, and the budgets of their namespaces.
+    fn drained(
+        &self,
+        nodes: &[NodeInfo],
+        check: &str,
+    ) -> (
+        BTreeMap<String, Vec<gryvia_reconcile::health::PodInfo>>,
+        Vec<gryvia_reconcile::health::PdbInfo>,
+    ) {
+        let quarantined: BTreeSet<&str> = nodes
+            .iter()
+            .filter(|n| n.quarantined_by.as_deref() == Some(check))
+            .map(|n| n.name.as_str())
+            .collect();
+        let mut pods: BTreeMap<String, Vec<_>> = quarantined
+            .iter()
+            .map(|n| ((*n).to_owned(), Vec::new()))
+            .collect();
+        let mut all = self.pods.state();
+        all.sort_by_key(|p| (p.namespace(), p.name_any()));
+        for pod in all {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if let Some(list) = node.and_then(|n| pods.get_mut(n)) {
+                list.push(pod_info(&pod));
+            }
+        }
+        let namespaces: BTreeSet<String> = pods
+            .values()
+            .flatten()
+            .map(|p| p.namespace.clone())
+            .collect();
+        let mut pdbs: Vec<_> = self
+            .pdbs
+            .state()
+            .iter()
+            .filter(|b| b.namespace().is_some_and(|ns| namespaces.contains(&ns)))
+            .map(|b| pdb_info(b))
+            .collect();
+        pdbs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        (pods, pdbs)
+    }
+}
+
+#[async_trait::async_trait]
+impl Observe for HealthObserver {
+    type Object = GryviaHealthCheck;
+    type World = HealthWorld;
+
+    async fn observe(&self, hc: &GryviaHealthCheck) -> Result<HealthWorld> {
+        // Verdicts need the whole picture.
+        wait_ready(&self.nodes, "Node").await?;
+        wait_ready(&self.gpu_nodes, "GryviaGpuNode").await?;
+        wait_ready(&self.pods, "Pod").await?;
+        wait_ready(&self.pdbs, "PodDisruptionBudget").await?;
+        let name = hc.name_any();
+        let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| node_info(n)).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let gpu_nodes: BTreeMap<String, GryviaGpuNode> = self
+            .gpu_nodes
+            .state()
+            .iter()
+            .map(|g| (g.spec.node_name.clone(), (**g).clone()))
+            .collect();
+        let (pods, pdbs) = if hc.spec.on_failure.drain {
+            self.drained(&nodes, &name)
+        } else {
+            (BTreeMap::new(), Vec::new())
+        };
+        let remediating_elsewhere = self
+            .checks
+            .state()
+            .iter()
+            .filter(|other| other.name_any() != name)
+            .filter_map(|other| other.status.as_ref())
+            .flat_map(|s| s.nodes.iter())
+            .filter(|r| {
+                r.remediation
+                    .as_ref()
+                    .is_some_and(|s| s.phase != StepPhase::Failed)
+            })
+            .map(|r| r.node.clone())
+            .collect();
+        Ok(HealthWorld {
+            nodes,
+            gpu_nodes,
+            pods,
+            pdbs,
+            remediating_elsewhere,
+        })
+    }
+}
+
+/// A hash of a GryviaGpuNode's remediation result: the gpu-operator reacts at once when the
+/// agent reports on a step (other observations are read on the check's schedule).
+fn remediation_result_changed(g: &GryviaGpuNode) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    g.status
+        .as_ref()
+        .and_then(|s| s.remediation_result.as_ref())
+        .map(|r| (r.id.clone(), format!("{:?}", r.phase)))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// The GPU health controller: a check is reconciled when its spec changes, on its schedule
+/// (its Plan's requeue), and when an agent reports on a remediation step.
+pub fn controller(shared: &Shared, options: HealthOptions) -> Running {
+    let c = &shared.caches;
+    let checks: Store<GryviaHealthCheck> = c.store();
+    let all_checks = checks.clone();
+    let ctrl = Controller::for_shared_stream(
+        changed(c.subscribe::<GryviaHealthCheck>(), spec_or_lifecycle),
+        checks.clone(),
+    )
+    .watches_shared_stream(
+        changed(c.subscribe::<GryviaGpuNode>(), remediation_result_changed),
+        move |_: Arc<GryviaGpuNode>| all_of(&all_checks),
+    );
+    let observer = HealthObserver {
+        nodes: c.store(),
+        gpu_nodes: c.store(),
+        checks,
+        pods: c.store(),
+        pdbs: c.store(),
+    };
+    let reconciler = HealthCheckReconciler { options };
+    Box::pin(run(ctrl, shared.context(reconciler, observer)))
+}

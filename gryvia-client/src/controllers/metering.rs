@@ -1,0 +1,70 @@
+//! The metering controller of the quota-operator (opt-in): a GryviaUsageRecord for every GPU
+//! job (policy: `gryvia_reconcile::metering`). Reads the catalogue, the job's namespace and the
+//! GPU product of its first worker's node from the operator's caches.
+
+use gryvia_reconcile::metering::{MeteringReconciler, MeteringWorld};
+use gryvia_types::{GryviaAIJob, GryviaGpuSku, labels};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::Store;
+
+use super::aijob::pods_of_job;
+use super::budget::catalogue;
+use super::{Running, Shared, cached};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::runtime::{Observe, run};
+
+/// Observes what metering a job needs: the catalogue, its namespace's tenant and the GPU
+/// product of the node its first worker ran on.
+pub struct MeteringObserver {
+    skus: Store<GryviaGpuSku>,
+    namespaces: Store<Namespace>,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+}
+
+#[async_trait::async_trait]
+impl Observe for MeteringObserver {
+    type Object = GryviaAIJob;
+    type World = MeteringWorld;
+
+    async fn observe(&self, job: &GryviaAIJob) -> Result<MeteringWorld> {
+        wait_ready(&self.skus, "GryviaGpuSku").await?;
+        wait_ready(&self.namespaces, "Namespace").await?;
+        wait_ready(&self.pods, "Pod").await?;
+        wait_ready(&self.nodes, "Node").await?;
+        let ns = job.namespace().unwrap_or_default();
+        let tenant = cached(&self.namespaces, None, &ns)
+            .and_then(|n| n.labels().get(labels::TENANT).cloned());
+        let node_product = if job.spec.gpu_type.is_some() {
+            None
+        } else {
+            pods_of_job(&self.pods, &ns, &job.name_any())
+                .iter()
+                .find_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                .and_then(|node| cached(&self.nodes, None, &node))
+                .and_then(|n| n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned())
+        };
+        Ok(MeteringWorld {
+            skus: catalogue(&self.skus),
+            tenant,
+            node_product,
+        })
+    }
+}
+
+/// The metering controller over GryviaAIJobs: every change, their status included (a start
+/// or a completion is what it meters).
+pub fn controller(shared: &Shared) -> Running {
+    let c = &shared.caches;
+    let ctrl = Controller::for_shared_stream(c.subscribe::<GryviaAIJob>(), c.store());
+    let observer = MeteringObserver {
+        skus: c.store(),
+        namespaces: c.store(),
+        pods: c.store(),
+        nodes: c.store(),
+    };
+    Box::pin(run(ctrl, shared.context(MeteringReconciler, observer)))
+}

@@ -1,0 +1,127 @@
+//! One module per controller: its observer (which reads the operator's shared watch caches
+//! into the World its pure policy takes) and its wiring (what triggers a reconcile), exported
+//! as one `controller(&Shared, ...)`. Which controllers an operator runs is in
+//! `crate::operators`; the policy of each is in `gryvia_reconcile`.
+
+pub mod aijob;
+pub mod budget;
+pub mod health_check;
+pub mod job_hook;
+pub mod metering;
+pub mod priority;
+pub mod quota;
+pub mod reservation;
+pub mod template;
+pub mod tenant;
+pub mod usage_record;
+pub mod workflow;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
+use gryvia_reconcile::Reconcile;
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::apply::Executor;
+use crate::cache::Caches;
+use crate::metrics::Metrics;
+use crate::runtime::Context;
+
+/// What the controllers of one operator share during one leadership term.
+#[derive(Clone)]
+pub struct Shared {
+    /// The API client.
+    pub client: kube::Client,
+    /// The operator's metrics.
+    pub metrics: Metrics,
+    /// The operator's watch caches (one reflector per kind).
+    pub caches: Caches,
+    /// Observe and decide as usual, log every Plan, act on nothing.
+    pub dry_run: bool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// What controllers started now share: fresh caches on `client`.
+    pub fn new(client: kube::Client, metrics: Metrics, dry_run: bool) -> Self {
+        Shared {
+            caches: Caches::new(client.clone()),
+            client,
+            metrics,
+            dry_run,
+        }
+    }
+
+    /// The context of a controller: its executor applies under the reconciler's own name as
+    /// field manager (one per controller), or only logs with `dry_run`.
+    pub fn context<R: Reconcile, O>(&self, reconciler: R, observer: O) -> Arc<Context<R, O>> {
+        let executor = Executor::new(self.client.clone(), reconciler.name()).dry_run(self.dry_run);
+        Arc::new(Context::new(
+            reconciler,
+            observer,
+            executor,
+            self.metrics.clone(),
+        ))
+    }
+}
+
+/// A running controller: a future that ends when its streams do.
+pub type Running = BoxFuture<'static, ()>;
+
+/// Lets an object through only when `key` of it (a hash of what matters) differs from the last
+/// one seen of the same object: for triggers that must not fire on a controller's own status
+/// writes ([`crate::runtime::spec_or_lifecycle`]).
+pub fn changed<K>(
+    stream: impl Stream<Item = Arc<K>> + Send + 'static,
+    key: fn(&K) -> Option<u64>,
+) -> impl Stream<Item = Arc<K>> + Send + 'static
+where
+    K: Resource + Send + Sync + 'static,
+{
+    let mut seen: HashMap<(Option<String>, Option<String>), (Option<String>, u64)> = HashMap::new();
+    stream.filter(move |obj| {
+        let pass = match key(obj) {
+            None => true,
+            Some(hash) => {
+                let meta = obj.meta();
+                let now = (meta.uid.clone(), hash);
+                seen.insert((meta.namespace.clone(), meta.name.clone()), now.clone()) != Some(now)
+            }
+        };
+        futures::future::ready(pass)
+    })
+}
+
+/// Every object of `store`, for a trigger that concerns them all.
+pub fn all_of<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
+/// The object named `name` in `namespace` (or cluster-scoped with `None`) in `store`.
+pub fn cached<K>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let r = ObjectRef::new(name);
+    store.get(&match namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    })
+}

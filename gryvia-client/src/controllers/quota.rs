@@ -1,0 +1,76 @@
+//! The GryviaQuota controller of the quota-operator: a ResourceQuota in each listed namespace
+//! (policy: `gryvia_reconcile::tenancy`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gryvia_reconcile::tenancy::{QuotaReconciler, QuotaWorld};
+use gryvia_types::GryviaQuota;
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::ResourceExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::Store;
+
+use super::tenant::gpus_used;
+use super::{Running, Shared, cached};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::runtime::{Observe, cluster_owner, run};
+
+/// The label naming the GryviaQuota of a ResourceQuota.
+const QUOTA_LABEL: &str = "gryvia.io/quota";
+
+/// Observes a GryviaQuota: which of its namespaces exist, where its ResourceQuotas are, usage.
+pub struct QuotaObserver {
+    namespaces: Store<Namespace>,
+    quotas: Store<ResourceQuota>,
+}
+
+#[async_trait::async_trait]
+impl Observe for QuotaObserver {
+    type Object = GryviaQuota;
+    type World = QuotaWorld;
+
+    async fn observe(&self, quota: &GryviaQuota) -> Result<QuotaWorld> {
+        wait_ready(&self.namespaces, "Namespace").await?;
+        wait_ready(&self.quotas, "ResourceQuota").await?;
+        let name = quota.name_any();
+        let existing: BTreeSet<String> = quota
+            .spec
+            .namespaces
+            .iter()
+            .filter(|ns| cached(&self.namespaces, None, ns).is_some())
+            .cloned()
+            .collect();
+        let mut managed_in = BTreeSet::new();
+        let mut used = BTreeMap::new();
+        for rq in self.quotas.state() {
+            if rq.labels().get(QUOTA_LABEL) != Some(&name) {
+                continue;
+            }
+            if let Some(ns) = rq.namespace() {
+                used.insert(ns.clone(), gpus_used(&rq));
+                managed_in.insert(ns);
+            }
+        }
+        Ok(QuotaWorld {
+            existing_namespaces: existing,
+            managed_in,
+            gpus_used: used,
+        })
+    }
+}
+
+/// The GryviaQuota controller: reconciled when it or one of its ResourceQuotas changes.
+pub fn controller(shared: &Shared) -> Running {
+    let c = &shared.caches;
+    let ctrl = Controller::for_shared_stream(c.subscribe::<GryviaQuota>(), c.store())
+        .watches_shared_stream(c.subscribe::<ResourceQuota>(), |o: Arc<ResourceQuota>| {
+            cluster_owner::<GryviaQuota, _>(o.as_ref())
+        });
+    let observer = QuotaObserver {
+        namespaces: c.store(),
+        quotas: c.store(),
+    };
+    Box::pin(run(ctrl, shared.context(QuotaReconciler, observer)))
+}

@@ -1,0 +1,72 @@
+//! The GryviaReservation controller of the ai-operator (opt-in): labels and taints the nodes a
+//! reservation holds while its window is open (policy: `gryvia_reconcile::reservation`).
+
+use std::sync::Arc;
+
+use gryvia_reconcile::reservation::{ReservationReconciler, ReservationWorld};
+use gryvia_types::{GryviaReservation, labels};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::{Running, Shared, changed};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::runtime::{Observe, run, spec_or_lifecycle};
+
+/// Observes the nodes a reservation may hold: every node, with the GPUs its running pods use.
+pub struct ReservationObserver {
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+}
+
+/// The nodes and the pods that are not finished, in `nodes` and `pods`.
+pub fn nodes_and_active_pods(nodes: &Store<Node>, pods: &Store<Pod>) -> (Vec<Node>, Vec<Pod>) {
+    let nodes = nodes.state().iter().map(|n| (**n).clone()).collect();
+    let pods = pods
+        .state()
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .map(|p| (**p).clone())
+        .collect();
+    (nodes, pods)
+}
+
+#[async_trait::async_trait]
+impl Observe for ReservationObserver {
+    type Object = GryviaReservation;
+    type World = ReservationWorld;
+
+    async fn observe(&self, _r: &GryviaReservation) -> Result<ReservationWorld> {
+        wait_ready(&self.nodes, "Node").await?;
+        wait_ready(&self.pods, "Pod").await?;
+        let (nodes, pods) = nodes_and_active_pods(&self.nodes, &self.pods);
+        Ok(ReservationWorld::of(&nodes, &pods))
+    }
+}
+
+/// The reservation controller: reconciled when a reservation's spec changes and when a node
+/// it labelled does (one Node watch with the observer's cache).
+pub fn controller(shared: &Shared) -> Running {
+    let caches = &shared.caches;
+    let trigger = changed(caches.subscribe::<GryviaReservation>(), spec_or_lifecycle);
+    let ctrl = Controller::for_shared_stream(trigger, caches.store()).watches_shared_stream(
+        caches.subscribe::<Node>(),
+        |node: Arc<Node>| {
+            node.labels()
+                .get(labels::RESERVED_TAINT)
+                .map(|r| ObjectRef::<GryviaReservation>::new(r))
+        },
+    );
+    let observer = ReservationObserver {
+        nodes: caches.store(),
+        pods: caches.store(),
+    };
+    Box::pin(run(ctrl, shared.context(ReservationReconciler, observer)))
+}

@@ -1,0 +1,213 @@
+//! The GryviaTenant controller of the quota-operator: namespace, ResourceQuota, LimitRange,
+//! NetworkPolicy and (opt-in) RoleBindings per tenant, GPUs carved out of a parent's (policy:
+//! `gryvia_reconcile::tenancy`). Reads tenants, the namespace, its quota and workloads and the
+//! nodes' GPU products from the operator's caches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gryvia_reconcile::tenancy::{
+    NamespaceState, TENANT_QUOTA, TenantOptions, TenantReconciler, TenantSummary, TenantWorld,
+    namespace_of,
+};
+use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use super::aijob::managed_selector;
+use super::{Running, Shared, cached, changed};
+use crate::Result;
+use crate::cache::wait_ready;
+use crate::runtime::{Observe, cluster_owner, run, spec_or_lifecycle};
+
+/// GPUs in `used` of a ResourceQuota (0 when it has no GPU limit).
+pub fn gpus_used(rq: &ResourceQuota) -> i32 {
+    gryvia_reconcile::tenancy::quota_gpus(rq)
+        .and_then(|(_, used)| i32::try_from(used).ok())
+        .unwrap_or(0)
+}
+
+/// Observes a tenant: all tenants, its namespace, usage and workloads.
+pub struct TenantObserver {
+    tenants: Store<GryviaTenant>,
+    namespaces: Store<Namespace>,
+    quotas: Store<ResourceQuota>,
+    pods: Store<Pod>,
+    jobs: Store<Job>,
+    ai_jobs: Store<GryviaAIJob>,
+    nodes: Store<Node>,
+}
+
+impl TenantObserver {
+    /// An observer reading the caches of `shared`.
+    pub fn new(shared: &Shared) -> Self {
+        let c = &shared.caches;
+        TenantObserver {
+            tenants: c.store(),
+            namespaces: c.store(),
+            quotas: c.store(),
+            pods: c.store(),
+            jobs: c.store(),
+            ai_jobs: c.store(),
+            nodes: c.store(),
+        }
+    }
+
+    async fn ready(&self) -> Result<()> {
+        wait_ready(&self.tenants, "GryviaTenant").await?;
+        wait_ready(&self.namespaces, "Namespace").await?;
+        wait_ready(&self.quotas, "ResourceQuota").await?;
+        wait_ready(&self.pods, "Pod").await?;
+        wait_ready(&self.jobs, "Job").await?;
+        wait_ready(&self.ai_jobs, "GryviaAIJob").await?;
+        wait_ready(&self.nodes, "Node").await
+    }
+
+    /// GPUs of the pods that hold them (scheduled, not finished), per GPU product of their
+    /// node.
+    fn gpus_by_type(&self, pods: &[Arc<Pod>]) -> BTreeMap<String, i32> {
+        let mut out = BTreeMap::new();
+        for pod in pods {
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("");
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            if matches!(phase, "Succeeded" | "Failed") {
+                continue;
+            }
+            let gpus = gryvia_reconcile::tenancy::pod_gpus(pod);
+            if gpus == 0 {
+                continue;
+            }
+            let product = cached(&self.nodes, None, &node)
+                .and_then(|n| n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned())
+                .unwrap_or_else(|| "unknown".to_owned());
+            *out.entry(product).or_insert(0) += gpus;
+        }
+        out
+    }
+}
+
+/// The objects of `store` in namespace `ns`.
+fn in_namespace<K>(store: &Store<K>, ns: &str) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl Observe for TenantObserver {
+    type Object = GryviaTenant;
+    type World = TenantWorld;
+
+    async fn observe(&self, tenant: &GryviaTenant) -> Result<TenantWorld> {
+        self.ready().await?;
+        let mut tenants: Vec<TenantSummary> = self
+            .tenants
+            .state()
+            .iter()
+            .map(|t| TenantSummary::of(t))
+            .collect();
+        if !tenants
+            .iter()
+            .any(|t| Some(&t.name) == tenant.metadata.name.as_ref())
+        {
+            tenants.push(TenantSummary::of(tenant));
+        }
+        tenants.sort_by(|a, b| a.name.cmp(&b.name));
+        let ns = namespace_of(&tenant.name_any());
+        let Some(namespace) = cached(&self.namespaces, None, &ns) else {
+            return Ok(TenantWorld {
+                tenants,
+                ..Default::default()
+            });
+        };
+        let state = NamespaceState {
+            tenant_label: namespace.labels().get(labels::TENANT).cloned(),
+            terminating: namespace.meta().deletion_timestamp.is_some(),
+        };
+        let gpus_in_use = cached(&self.quotas, Some(&ns), TENANT_QUOTA)
+            .map(|rq| gpus_used(&rq))
+            .unwrap_or(0);
+        let pod_list = in_namespace(&self.pods, &ns);
+        let pods = pod_list.len();
+        let gpus_by_type = self.gpus_by_type(&pod_list);
+        let jobs = in_namespace(&self.jobs, &ns).len();
+        let ai_jobs = in_namespace(&self.ai_jobs, &ns).len();
+        let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+        Ok(TenantWorld {
+            tenants,
+            namespace: Some(state),
+            gpus_in_use,
+            gpus_by_type,
+            pods: count(pods),
+            workloads: count(pods + jobs + ai_jobs),
+        })
+    }
+}
+
+/// The tenant controller: a tenant is reconciled when its spec changes, when one of its
+/// children or its namespace changes, and when its parent's spec changes (children are
+/// re-allocated). Tenants are cluster-scoped: children map to them through `cluster_owner`.
+pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
+    let c = &shared.caches;
+    let managed = managed_selector();
+    let tenants: Store<GryviaTenant> = c.store();
+    let children_of = tenants.clone();
+    let ctrl = Controller::for_shared_stream(
+        changed(c.subscribe::<GryviaTenant>(), spec_or_lifecycle),
+        tenants,
+    )
+    .watches_shared_stream(c.subscribe::<ResourceQuota>(), |o: Arc<ResourceQuota>| {
+        cluster_owner::<GryviaTenant, _>(o.as_ref())
+    })
+    .watches_shared_stream(
+        c.subscribe_labelled::<LimitRange>(&managed),
+        |o: Arc<LimitRange>| cluster_owner::<GryviaTenant, _>(o.as_ref()),
+    )
+    .watches_shared_stream(
+        c.subscribe_labelled::<NetworkPolicy>(&managed),
+        |o: Arc<NetworkPolicy>| cluster_owner::<GryviaTenant, _>(o.as_ref()),
+    )
+    .watches_shared_stream(
+        c.subscribe_labelled::<RoleBinding>(&managed),
+        |o: Arc<RoleBinding>| cluster_owner::<GryviaTenant, _>(o.as_ref()),
+    )
+    .watches_shared_stream(c.subscribe::<Namespace>(), |ns: Arc<Namespace>| {
+        ns.labels()
+            .get(labels::TENANT)
+            .map(|t| ObjectRef::<GryviaTenant>::new(t))
+    })
+    // A parent's change re-allocates its children.
+    .watches_shared_stream(
+        changed(c.subscribe::<GryviaTenant>(), spec_or_lifecycle),
+        move |parent: Arc<GryviaTenant>| {
+            let name = parent.name_any();
+            children_of
+                .state()
+                .iter()
+                .filter(|t| t.spec.parent_tenant.as_deref() == Some(name.as_str()))
+                .map(|t| ObjectRef::from_obj(t.as_ref()))
+                .collect::<Vec<_>>()
+        },
+    );
+    let reconciler = TenantReconciler { options };
+    Box::pin(run(
+        ctrl,
+        shared.context(reconciler, TenantObserver::new(shared)),
+    ))
+}

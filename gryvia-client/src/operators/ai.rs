@@ -1,0 +1,156 @@
+//! The ai-operator: AI jobs, templates, priorities and workflows; reservations and job hooks
+//! opt-in; the admission webhooks when `--webhook-addr` is given (on every replica).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::{ControllerSet, OperatorFlags, Sidecar};
+use crate::admission::{Endpoint, Registration, WebhookOptions};
+use crate::controllers::{aijob, job_hook, priority, reservation, template, workflow};
+use crate::{Error, Result};
+
+/// Name of the operator (its Lease, its logs).
+pub const NAME: &str = "gryvia-ai-operator";
+
+/// Runs AI jobs, checks job templates, turns priority tiers into PriorityClasses, runs
+/// workflows and serves the admission webhooks of GryviaAIJobs.
+#[derive(clap::Parser, Debug)]
+#[command(name = "gryvia-ai-operator", version, about)]
+pub struct Flags {
+    /// Run GryviaReservations: taint and label the nodes they hold (opt-in; turning it on makes
+    /// existing reservations start tainting nodes).
+    #[arg(long, env = "GRYVIA_ENABLE_RESERVATIONS")]
+    pub enable_reservations: bool,
+    /// Run GryviaJobHooks: POST signed webhooks when watched jobs start, are retried, succeed
+    /// or fail (opt-in: turning it on makes existing hooks start sending).
+    #[arg(long, env = "GRYVIA_ENABLE_JOB_HOOKS")]
+    pub enable_job_hooks: bool,
+    /// Serve the admission webhooks (TLS) on this address and register them (not with
+    /// --dry-run: registering is a change to the cluster).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub webhook_addr: Option<SocketAddr>,
+    /// The API server reaches the webhooks at this https URL (for example
+    /// https://127.0.0.1:9443 outside a cluster).
+    #[arg(long, conflicts_with = "webhook_service")]
+    pub webhook_url: Option<String>,
+    /// The API server reaches the webhooks through this Service: NAMESPACE/NAME[:PORT].
+    #[arg(long)]
+    pub webhook_service: Option<String>,
+    /// Directory with tls.crt, tls.key and ca.crt (for example a cert-manager Secret); a
+    /// self-signed CA is made at start when absent (one replica only).
+    #[arg(long)]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// Reject jobs when the admission facts cannot be read, and register with
+    /// failurePolicy Fail (default: fail open, as the features guide describes).
+    #[arg(long)]
+    pub webhook_fail_closed: bool,
+    /// The admission gate: reject new GPU jobs in the scope of a GryviaBudget in state
+    /// `blocked` (its spend reached its limit with enforcement on); needs --webhook-addr.
+    #[arg(long, env = "GRYVIA_ADMISSION_GATE")]
+    pub admission_gate: bool,
+    /// Name of the webhook configurations.
+    #[arg(long, default_value = "gryvia-ai-operator")]
+    pub webhook_name: String,
+    /// Only review jobs in namespaces with these labels (key=value[,key=value]).
+    #[arg(long)]
+    pub webhook_namespace_selector: Option<String>,
+    /// Flags every operator takes.
+    #[command(flatten)]
+    pub operator: OperatorFlags,
+}
+
+/// The controllers the ai-operator runs with `flags`.
+pub fn controllers(flags: &Flags) -> ControllerSet {
+    ControllerSet::new()
+        .with(aijob::controller)
+        .with(template::controller)
+        .with(priority::controller)
+        .with(workflow::controller)
+        .with_if(flags.enable_reservations, reservation::controller)
+        .with_if(flags.enable_job_hooks, job_hook::controller)
+}
+
+fn endpoint(flags: &Flags) -> Result<Endpoint> {
+    match (&flags.webhook_url, &flags.webhook_service) {
+        (Some(url), _) => {
+            if !url.starts_with("https://") {
+                return Err(Error::Invalid(format!(
+                    "--webhook-url: {url:?} must start with https://"
+                )));
+            }
+            Ok(Endpoint::Url(url.clone()))
+        }
+        (None, Some(svc)) => {
+            let invalid = || {
+                Error::Invalid(format!(
+                    "--webhook-service: {svc:?} is not NAMESPACE/NAME[:PORT]"
+                ))
+            };
+            let (ns, rest) = svc.split_once('/').ok_or_else(invalid)?;
+            let (name, port) = match rest.split_once(':') {
+                Some((n, p)) => (
+                    n,
+                    p.parse::<i32>().map_err(|_| {
+                        Error::Invalid(format!("--webhook-service: port {p:?} is not a number"))
+                    })?,
+                ),
+                None => (rest, 443),
+            };
+            Ok(Endpoint::Service {
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                port,
+            })
+        }
+        (None, None) => Err(Error::Invalid(
+            "--webhook-addr needs --webhook-url or --webhook-service".to_owned(),
+        )),
+    }
+}
+
+/// The admission webhook options `flags` ask for (`None` without `--webhook-addr`).
+///
+/// # Errors
+/// [`Error::Invalid`] naming the flag: webhook flags without `--webhook-addr`, an endpoint
+/// that is not https or not `NAMESPACE/NAME[:PORT]`.
+pub fn webhook_options(flags: &Flags) -> Result<Option<WebhookOptions>> {
+    let Some(addr) = flags.webhook_addr else {
+        if flags.webhook_url.is_some() || flags.webhook_service.is_some() {
+            return Err(Error::Invalid(
+                "--webhook-url and --webhook-service need --webhook-addr".to_owned(),
+            ));
+        }
+        if flags.admission_gate {
+            return Err(Error::Invalid(
+                "--admission-gate needs --webhook-addr (the gate is the validating webhook)"
+                    .to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(WebhookOptions {
+        addr,
+        registration: Registration {
+            name: flags.webhook_name.clone(),
+            endpoint: endpoint(flags)?,
+            ca_pem: String::new(),
+            fail_closed: flags.webhook_fail_closed,
+            namespace_selector: flags.webhook_namespace_selector.clone(),
+        },
+        cert_dir: flags.webhook_cert_dir.clone(),
+        admission_gate: flags.admission_gate,
+    }))
+}
+
+/// Runs the ai-operator until SIGTERM (the webhooks on every replica, the controllers while
+/// leading).
+///
+/// # Errors
+/// Invalid webhook flags ([`webhook_options`]), or what [`super::run_blocking`] returns.
+pub fn run(flags: &Flags) -> Result<()> {
+    let webhooks = webhook_options(flags)?;
+    let sidecar: super::SidecarBuilder = Box::new(move |client, metrics| {
+        webhooks.map(|w| -> Sidecar { Box::pin(crate::admission::run(client, w, metrics)) })
+    });
+    super::run_blocking(NAME, &flags.operator, controllers(flags), Some(sidecar))
+}
