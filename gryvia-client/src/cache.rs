@@ -34,6 +34,9 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Key = (TypeId, String);
 
+/// Starts a kind's watch with its (type-erased) writer; `true`: also drain a subscription.
+type Start = Box<dyn FnOnce(Box<dyn Any + Send>, bool) -> BoxFuture<'static, ()> + Send>;
+
 struct Entry {
     /// `Store<K>`, for more readers.
     store: Box<dyn Any + Send>,
@@ -41,7 +44,7 @@ struct Entry {
     writer: Option<Box<dyn Any + Send>>,
     /// Starts the watch with the writer taken out of `writer`; with `true`, also drains a
     /// subscription of its own (a kind nobody subscribed to).
-    start: Option<Box<dyn FnOnce(Box<dyn Any + Send>, bool) -> BoxFuture<'static, ()> + Send>>,
+    start: Option<Start>,
     subscribers: usize,
 }
 

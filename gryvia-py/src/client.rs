@@ -2,7 +2,7 @@
 //!
 //! Both are thin layers over `gryvia_client::resources::Resources` (kinds resolved through
 //! discovery, lists decoded straight into JSON, watches that report what changed) and
-//! `gryvia_client::aijob` (submit and wait), running on one shared tokio runtime. The sync
+//! `gryvia_client::ops::jobs` (submit and wait), running on one shared tokio runtime. The sync
 //! client waits with the GIL released and answers Ctrl-C; the async client hands out asyncio
 //! awaitables (pyo3-async-runtimes). Gryvia objects come back as `Resource` (decoded through
 //! their typed Rust struct); objects of other kinds as plain dicts.

@@ -1,5 +1,5 @@
 //! `gryvia health`, `gryvia get node` and `gryvia maintenance`: flags and presentation; the
-//! work is in `gryvia_client::health`.
+//! work is in `gryvia_client::ops::nodes`.
 
 use std::time::Duration;
 

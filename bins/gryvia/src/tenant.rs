@@ -1,5 +1,5 @@
 //! `gryvia tenant ...` and `gryvia quota ...`: flags and presentation; the work is in
-//! `gryvia_client::tenancy`.
+//! `gryvia_client::ops::tenants`.
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};

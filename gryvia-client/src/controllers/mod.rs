@@ -88,7 +88,9 @@ pub fn changed<K>(
 where
     K: Resource + Send + Sync + 'static,
 {
-    let mut seen: HashMap<(Option<String>, Option<String>), (Option<String>, u64)> = HashMap::new();
+    // (namespace, name) -> (uid, key): a recreated object passes again.
+    type Seen = HashMap<(Option<String>, Option<String>), (Option<String>, u64)>;
+    let mut seen = Seen::new();
     stream.filter(move |obj| {
         let pass = match key(obj) {
             None => true,
