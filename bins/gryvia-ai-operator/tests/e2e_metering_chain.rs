@@ -1,0 +1,375 @@
+//! End-to-end: the whole metering -> budget -> admission gate chain against a real control
+//! plane (testenv/), with both operator binaries running: the quota-operator with `--metering`
+//! and the ai-operator (under the RBAC of `deploy/ai-operator`) with its admission webhooks and
+//! `--admission-gate`. The test writes only a GryviaGpuSku, a GryviaBudget and the jobs; the
+//! usage record, its price, the budget's state and the rejection are the operators' work.
+//!
+//! The quota-operator binary is the one cargo built next to this package's ai-operator
+//! (`cargo test --workspace` builds both; with `-p gryvia-ai-operator` build it first with
+//! `cargo build -p gryvia-quota-operator`).
+
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gryvia_testsupport::{
+    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, wait_for,
+};
+use gryvia_types::{
+    BudgetState, GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaUsageRecord, JobPhase,
+};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % 0xff_ffff
+    )
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The quota-operator binary cargo built beside the ai-operator.
+fn quota_operator_binary() -> PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_gryvia-ai-operator"))
+        .with_file_name("gryvia-quota-operator");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p gryvia-quota-operator` first (`cargo test --workspace` builds it)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `cleanup` with a client of its own on a thread of its own (`Drop` cannot await).
+fn on_drop<F, Fut>(cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            if let Some(client) = gryvia_testsupport::client().await {
+                cleanup(client).await;
+            }
+        });
+    })
+    .join();
+}
+
+/// The test's cluster-scoped objects, deleted when dropped (also when the test panics).
+struct ClusterObjects {
+    sku: String,
+    budget: String,
+    records: Vec<String>,
+    webhook: String,
+}
+
+impl Drop for ClusterObjects {
+    fn drop(&mut self) {
+        let (sku, budget, records, webhook) = (
+            self.sku.clone(),
+            self.budget.clone(),
+            self.records.clone(),
+            self.webhook.clone(),
+        );
+        on_drop(|client| async move {
+            let dp = DeleteParams::default();
+            let _ = gryvia_client::admission::unregister(&client, &webhook).await;
+            let _ = Api::<GryviaBudget>::all(client.clone())
+                .delete(&budget, &dp)
+                .await;
+            let _ = Api::<GryviaGpuSku>::all(client.clone())
+                .delete(&sku, &dp)
+                .await;
+            for r in records {
+                let _ = Api::<GryviaUsageRecord>::all(client.clone())
+                    .delete(&r, &dp)
+                    .await;
+            }
+        });
+    }
+}
+
+/// Removes the finalizers of the jobs in a namespace when dropped: once the quota-operator is
+/// stopped, nothing else would remove the metering finalizer, and the namespace could not go.
+struct JobFinalizers(String);
+
+impl Drop for JobFinalizers {
+    fn drop(&mut self) {
+        let ns = self.0.clone();
+        on_drop(|client| async move {
+            let jobs: Api<GryviaAIJob> = Api::namespaced(client, &ns);
+            for j in jobs
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                if let Some(name) = j.metadata.name {
+                    let _ = jobs
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_in_its_scope() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    let quota_operator = quota_operator_binary();
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease_ns = TestNamespace::create(&client, "chain-ops").await.unwrap();
+    let ns = TestNamespace::create(&client, "chain").await.unwrap();
+    // A GPU product of the test's own: its SKU prices only this test's jobs, which run on
+    // these nodes.
+    let product = unique("E2E-CHAIN-GPU");
+    let _nodes = KwokNodes::create_with_product(&client, "chain", 1, 8, &product)
+        .await
+        .unwrap();
+    let mut objects = ClusterObjects {
+        sku: unique("e2e-chain-sku"),
+        budget: unique("e2e-chain-budget"),
+        webhook: unique("gryvia-e2e-chain"),
+        records: Vec::new(),
+    };
+    let _finalizers = JobFinalizers(ns.name.clone());
+
+    // 3600 a GPU-hour is 1 USD a GPU-second: one GPU for ten seconds costs 10 USD, twice the
+    // budget's limit of 5 USD.
+    let skus: Api<GryviaGpuSku> = Api::all(client.clone());
+    skus.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": objects.sku},
+            "spec": {"gpuProduct": product, "pricePerGpuHour": "3600"}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let budgets: Api<GryviaBudget> = Api::all(client.clone());
+    budgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": objects.budget},
+                "spec": {"scope": {"type": "namespace", "name": ns.name}, "period": {"type": "monthly"},
+                         "limits": {"costUSD": 5}, "enforcement": {"enabled": true, "action": "block"}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // The operators.
+    let ops_args = |port: u16| {
+        vec![
+            "--metrics-addr".to_owned(),
+            format!("127.0.0.1:{port}"),
+            "--lease-namespace".to_owned(),
+            lease_ns.name.clone(),
+            "--lease-duration".to_owned(),
+            "4".to_owned(),
+            "--lease-grace".to_owned(),
+            "1".to_owned(),
+        ]
+    };
+    let mut quota_args = ops_args(free_port());
+    quota_args.push("--metering".to_owned());
+    let quota_args: Vec<&str> = quota_args.iter().map(String::as_str).collect();
+    let _quota_operator = Process::start(
+        quota_operator.to_str().unwrap(),
+        &quota_args,
+        None,
+        "quota-operator-chain",
+    )
+    .unwrap();
+    let access = ServiceAccountAccess::create(
+        &client,
+        "deploy/ai-operator/rbac.yaml",
+        "gryvia-ai-operator",
+        &lease_ns.name,
+        "ai-operator",
+    )
+    .await
+    .unwrap();
+    let hook_addr = format!("127.0.0.1:{}", free_port());
+    let mut ai_args = ops_args(free_port());
+    ai_args.extend([
+        "--webhook-addr".to_owned(),
+        hook_addr.clone(),
+        "--webhook-url".to_owned(),
+        format!("https://{hook_addr}"),
+        "--webhook-name".to_owned(),
+        objects.webhook.clone(),
+        "--webhook-namespace-selector".to_owned(),
+        format!("kubernetes.io/metadata.name={}", ns.name),
+        "--admission-gate".to_owned(),
+    ]);
+    let ai_args: Vec<&str> = ai_args.iter().map(String::as_str).collect();
+    let _ai_operator = Process::start(
+        env!("CARGO_BIN_EXE_gryvia-ai-operator"),
+        &ai_args,
+        Some(&access.kubeconfig),
+        "ai-operator-chain",
+    )
+    .unwrap();
+    let vwc: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    wait_for("webhooks registered", Duration::from_secs(60), || {
+        let (vwc, name) = (vwc.clone(), objects.webhook.clone());
+        async move { vwc.get(&name).await.ok() }
+    })
+    .await
+    .unwrap();
+    let budget_in = |want: BudgetState| {
+        let (budgets, name) = (budgets.clone(), objects.budget.clone());
+        async move {
+            let r = wait_for(&format!("budget {want:?}"), Duration::from_secs(90), || {
+                let (budgets, name) = (budgets.clone(), name.clone());
+                async move {
+                    let st = budgets.get(&name).await.ok()?.status?;
+                    (st.state == Some(want)).then_some(st)
+                }
+            })
+            .await;
+            match r {
+                Ok(st) => st,
+                Err(e) => panic!("{e:#}; now: {:?}", budgets.get(&name).await),
+            }
+        }
+    };
+    let st = budget_in(BudgetState::Ok).await;
+    assert_eq!(st.spend_usd.unwrap().as_str(), "0");
+
+    // A GPU job on the product, running ten seconds: admitted while the budget is ok.
+    let jobs: Api<GryviaAIJob> = Api::namespaced(client.clone(), &ns.name);
+    let job = |name: &str| -> GryviaAIJob {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"image": "registry.local/train:1", "gpus": 1, "gpuType": product,
+                     "tolerations": [{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                     "podAnnotations": {"gryvia.io/testenv-duration": "10s"}}
+        }))
+        .unwrap()
+    };
+    let first = jobs
+        .create(&PostParams::default(), &job("first"))
+        .await
+        .unwrap();
+    let record_name =
+        gryvia_reconcile::metering::record_name("first", first.metadata.uid.as_deref().unwrap());
+    objects.records.push(record_name.clone());
+
+    // Metered: a record closed at the job's end, priced exactly.
+    let records: Api<GryviaUsageRecord> = Api::all(client.clone());
+    let record = wait_for(
+        "the job's usage record to close, priced",
+        Duration::from_secs(90),
+        || {
+            let (records, name) = (records.clone(), record_name.clone());
+            async move {
+                let r = records.get(&name).await.ok()?;
+                (r.spec.end_time.is_some() && r.status.as_ref()?.cost.is_some()).then_some(r)
+            }
+        },
+    )
+    .await;
+    let record = match record {
+        Ok(r) => r,
+        Err(e) => panic!(
+            "{e:#}; job now: {:?}; record now: {:?}",
+            jobs.get("first").await.map(|j| j.status),
+            records.get_opt(&record_name).await
+        ),
+    };
+    assert_eq!(record.spec.namespace, ns.name);
+    assert_eq!(record.spec.sku, objects.sku);
+    assert_eq!(record.spec.gpu_count, 1);
+    let done = jobs.get("first").await.unwrap().status.unwrap();
+    assert_eq!(done.phase, Some(JobPhase::Succeeded), "{done:?}");
+    let priced = record.status.unwrap();
+    assert!(
+        priced.gpu_seconds >= 10,
+        "the pod ran ten seconds: {priced:?}"
+    );
+    let cost = priced.cost.unwrap();
+    assert_eq!(
+        cost.as_str(),
+        priced.gpu_seconds.to_string(),
+        "1 USD a GPU-second"
+    );
+
+    // Counted: the budget is past its limit, with enforcement: blocked.
+    let st = budget_in(BudgetState::Blocked).await;
+    assert_eq!(st.spend_usd.as_ref().unwrap(), &cost);
+    let ready = gryvia_types::conditions::find(&st.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "Blocked");
+
+    // Gated: a new GPU job in the namespace is rejected by the webhook, naming the budget.
+    let want = format!(
+        "GryviaBudget {} is blocked (spend {} USD of its limit)",
+        objects.budget,
+        cost.as_str()
+    );
+    let message = wait_for("the gate to reject", Duration::from_secs(30), || async {
+        match jobs.create(&PostParams::default(), &job("second")).await {
+            Err(kube::Error::Api(e)) => Some((e.code, e.message)),
+            Err(_) => None,
+            Ok(_) => {
+                // The ai-operator's cache has not seen the state yet: try again.
+                let _ = jobs.delete("second", &DeleteParams::default()).await;
+                let _ = wait_for(
+                    "the admitted job to go",
+                    Duration::from_secs(30),
+                    || async { matches!(jobs.get_opt("second").await, Ok(None)).then_some(()) },
+                )
+                .await;
+                None
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(message.0, 403, "{message:?}");
+    assert!(message.1.contains(&want), "{}", message.1);
+    assert!(jobs.get_opt("second").await.unwrap().is_none());
+
+    // The job goes while the quota-operator runs: it removes its metering finalizer.
+    jobs.delete("first", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the job to go", Duration::from_secs(60), || async {
+        matches!(jobs.get_opt("first").await, Ok(None)).then_some(())
+    })
+    .await
+    .unwrap();
+}
