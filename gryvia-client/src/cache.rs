@@ -119,7 +119,14 @@ impl Caches {
                     // Nobody reads managed fields; they are a large part of every object.
                     .modify(|o| o.meta_mut().managed_fields = None)
                     .reflect_shared(*writer)
-                    .for_each(|_| futures::future::ready(()));
+                    .for_each(|event| {
+                        // The watcher retries with backoff; a forbidden watch would otherwise
+                        // leave a stale cache without a word.
+                        if let Err(e) = event {
+                            tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
+                        }
+                        futures::future::ready(())
+                    });
                 futures::future::join(watch, drained).map(|_| ()).boxed()
             };
             Entry {

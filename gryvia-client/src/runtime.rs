@@ -248,7 +248,9 @@ where
             .record_deliveries(obj, &mut plan, &deliveries, jiff::Timestamp::now());
     // Children are re-applied on every reconcile (server-side apply makes that a no-op on
     // the server); only changes worth a line are logged at info.
-    if plan.status.is_some()
+    if ctx.executor.is_dry_run() {
+        // The executor logs what it would do.
+    } else if plan.status.is_some()
         || !plan.events.is_empty()
         || !plan.node_ops.is_empty()
         || !plan.evictions.is_empty()

@@ -43,7 +43,10 @@ async fn an_operator_in_dry_run_changes_nothing_and_logs_its_plans() {
                  "networkPolicy": {"isolated": true}}
     }))
     .unwrap();
-    tenants.create(&PostParams::default(), &tenant).await.unwrap();
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .unwrap();
 
     // The Plan is logged: the tenant's namespace and quota would be applied, its status set.
     let namespace = format!("tenant-{name}");
@@ -55,7 +58,7 @@ async fn an_operator_in_dry_run_changes_nothing_and_logs_its_plans() {
             log.lines()
                 .find(|l| {
                     l.contains("dry run: would apply plan")
-                        && l.contains(&format!("Namespace {namespace}"))
+                        && l.contains(&format!("Namespace/{namespace}"))
                 })
                 .map(str::to_owned)
         },
@@ -76,7 +79,11 @@ async fn an_operator_in_dry_run_changes_nothing_and_logs_its_plans() {
         "a dry run created the namespace"
     );
     let stored = tenants.get(&name).await.unwrap();
-    assert!(stored.status.is_none(), "a dry run wrote a status: {:?}", stored.status);
+    assert!(
+        stored.status.is_none(),
+        "a dry run wrote a status: {:?}",
+        stored.status
+    );
     assert!(
         stored.metadata.finalizers.unwrap_or_default().is_empty(),
         "a dry run added a finalizer"

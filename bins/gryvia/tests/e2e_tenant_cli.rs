@@ -1,6 +1,6 @@
 //! End-to-end: `gryvia tenant create`, `list` and `get` against a real control plane
-//! (testenv/), with the quota-operator's tenant controllers (`gryvia_client::tenancy`, what
-//! the `gryvia-quota-operator` binary runs) in this process.
+//! (testenv/), with the quota-operator's tenant controllers (`gryvia_client::controllers::{tenant, quota}`,
+//! what the `gryvia-quota-operator` binary runs) in this process.
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
@@ -40,11 +40,15 @@ struct Controllers {
 
 impl Controllers {
     fn start(client: &kube::Client, tenants: &[&str]) -> Self {
-        let start = gryvia_client::tenancy::controllers(
-            client.clone(),
-            gryvia_reconcile::tenancy::TenantOptions::default(),
-            gryvia_client::metrics::Metrics::new(),
-        );
+        let options = gryvia_reconcile::tenancy::TenantOptions::default();
+        let start = gryvia_client::operators::ControllerSet::new()
+            .with(move |s| gryvia_client::controllers::tenant::controller(s, options))
+            .with(gryvia_client::controllers::quota::controller)
+            .into_controllers(
+                client.clone(),
+                gryvia_client::metrics::Metrics::new(),
+                false,
+            );
         Controllers {
             handle: tokio::spawn(start()),
             client: client.clone(),
