@@ -9,7 +9,7 @@ use gryvia_types::GryviaQuota;
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::tenant::gpus_used;
 use super::{Running, Shared, cached};
@@ -61,12 +61,26 @@ impl Observe for QuotaObserver {
     }
 }
 
-/// The GryviaQuota controller: reconciled when it or one of its ResourceQuotas changes.
+/// The GryviaQuota controller: reconciled when it, one of its ResourceQuotas or a namespace it
+/// lists changes.
 pub fn controller(shared: &Shared) -> Running {
     let c = &shared.caches;
-    let ctrl = Controller::for_shared_stream(c.subscribe::<GryviaQuota>(), c.store())
+    let quotas: Store<GryviaQuota> = c.store();
+    let listing = quotas.clone();
+    let ctrl = Controller::for_shared_stream(c.subscribe::<GryviaQuota>(), quotas)
         .watches_shared_stream(c.subscribe::<ResourceQuota>(), |o: Arc<ResourceQuota>| {
             cluster_owner::<GryviaQuota, _>(o.as_ref())
+        })
+        // Whether a listed namespace exists is read from the cache: its arrival (or its
+        // going) re-reconciles the quotas that list it.
+        .watches_shared_stream(c.subscribe::<Namespace>(), move |ns: Arc<Namespace>| {
+            let name = ns.name_any();
+            listing
+                .state()
+                .iter()
+                .filter(|q| q.spec.namespaces.contains(&name))
+                .map(|q| ObjectRef::from_obj(q.as_ref()))
+                .collect::<Vec<_>>()
         });
     let observer = QuotaObserver {
         namespaces: c.store(),
