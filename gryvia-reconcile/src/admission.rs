@@ -15,7 +15,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gryvia_types::{Framework, GryviaAIJob, labels};
+use gryvia_types::conditions;
+use gryvia_types::{
+    Framework, GryviaAIJob, GryviaBudget, GryviaReservation, GryviaTemplate, GryviaTenant,
+    OwnerType, labels,
+};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -33,6 +38,27 @@ pub struct TenantFacts {
     pub gpus_in_use_by_type: BTreeMap<String, i32>,
 }
 
+impl TenantFacts {
+    /// The facts of tenant `name` from its object.
+    pub fn of(name: &str, tenant: &GryviaTenant) -> Self {
+        TenantFacts {
+            name: name.to_owned(),
+            allowed_skus: tenant.spec.allowed_skus.clone(),
+            gpus_per_type: tenant
+                .spec
+                .quotas
+                .as_ref()
+                .map(|q| q.gpus_per_type.clone())
+                .unwrap_or_default(),
+            gpus_in_use_by_type: tenant
+                .status
+                .as_ref()
+                .map(|s| s.gpus_in_use_by_type.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// A namespace's GPU quota (the tightest ResourceQuota on `requests.nvidia.com/gpu`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -43,6 +69,24 @@ pub struct GpuQuota {
     pub hard: i64,
     /// `used`.
     pub used: i64,
+}
+
+impl GpuQuota {
+    /// The tightest GPU quota among `quotas` (those of one namespace): the one with the
+    /// fewest GPUs left; `None` when none limits GPUs.
+    pub fn tightest<'a>(quotas: impl IntoIterator<Item = &'a ResourceQuota>) -> Option<Self> {
+        quotas
+            .into_iter()
+            .filter_map(|q| {
+                let (hard, used) = crate::tenancy::quota_gpus(q)?;
+                Some(GpuQuota {
+                    name: q.metadata.name.clone().unwrap_or_default(),
+                    hard,
+                    used,
+                })
+            })
+            .min_by_key(|q| q.hard - q.used)
+    }
 }
 
 /// State of the template a job's label names.
@@ -56,6 +100,25 @@ pub enum TemplateState {
     Valid,
 }
 
+impl TemplateState {
+    /// The state of a template (`None`: it does not exist): Valid only with its Valid
+    /// condition True.
+    pub fn of(template: Option<&GryviaTemplate>) -> Self {
+        let Some(t) = template else {
+            return TemplateState::Missing;
+        };
+        let valid = t
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, conditions::VALID));
+        match valid {
+            Some(c) if c.status == "True" => TemplateState::Valid,
+            Some(c) => TemplateState::Invalid(c.message.clone()),
+            None => TemplateState::Invalid("the ai-operator has not checked it yet".to_owned()),
+        }
+    }
+}
+
 /// State of the reservation a job's annotation names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -64,6 +127,19 @@ pub struct ReservationFacts {
     pub exists: bool,
     /// Its owner (a tenant name for owner types team and tenant).
     pub owner: Option<String>,
+}
+
+impl ReservationFacts {
+    /// The facts of a reservation (`None`: it does not exist); its owner is a tenant for
+    /// owner types team and tenant.
+    pub fn of(reservation: Option<&GryviaReservation>) -> Self {
+        ReservationFacts {
+            exists: reservation.is_some(),
+            owner: reservation
+                .filter(|r| matches!(r.spec.owner.type_, OwnerType::Team | OwnerType::Tenant))
+                .map(|r| r.spec.owner.name.clone()),
+        }
+    }
 }
 
 /// What the validating webhook knows about the cluster.
@@ -94,6 +170,27 @@ pub struct BlockedBudget {
     pub name: String,
     /// Its spend in the current period, US dollars.
     pub spend_usd: Option<String>,
+}
+
+/// The budgets in state `blocked` whose scope covers a job of `tenant` in `namespace`, by
+/// name, with their spend.
+pub fn blocked_budgets<'a>(
+    budgets: impl IntoIterator<Item = &'a GryviaBudget> + Clone,
+    tenant: Option<&str>,
+    namespace: &str,
+) -> Vec<BlockedBudget> {
+    crate::budget::blocking(budgets.clone(), tenant, namespace)
+        .into_iter()
+        .map(|name| {
+            let spend_usd = budgets
+                .clone()
+                .into_iter()
+                .find(|b| b.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(|b| b.status.as_ref()?.spend_usd.as_ref())
+                .map(|d| d.as_str().to_owned());
+            BlockedBudget { name, spend_usd }
+        })
+        .collect()
 }
 
 /// An admission decision.
@@ -136,158 +233,170 @@ fn annotation<'a>(job: &'a GryviaAIJob, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Decides whether a new job is admitted.
-pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
-    let spec = &job.spec;
-    if !(0..=100).contains(&spec.priority) {
-        return Decision::deny(format!(
-            "spec.priority: {} is outside 0..100",
-            spec.priority
-        ));
-    }
-    let total = i64::from(spec.gpus) * i64::from(spec.replicas);
-    if total > 0
-        && let Some(b) = world.blocked_budgets.first()
-    {
-        return Decision::deny(format!(
-            "GryviaBudget {} is blocked (spend {} USD of its limit): new GPU jobs in its scope are rejected until its period ends or its limit is raised",
-            b.name,
-            b.spend_usd.as_deref().unwrap_or("?")
-        ));
-    }
+/// `spec.priority` outside 0..100.
+fn check_priority(job: &GryviaAIJob) -> Option<String> {
+    let p = job.spec.priority;
+    (!(0..=100).contains(&p)).then(|| format!("spec.priority: {p} is outside 0..100"))
+}
 
-    if let Some(t) = &world.tenant
-        && spec.gpus > 0
-    {
-        if !t.allowed_skus.is_empty() {
-            let allowed: BTreeSet<&str> = t
-                .allowed_skus
-                .iter()
-                .filter_map(|s| world.skus.get(s).map(String::as_str))
-                .collect();
-            let products = allowed.iter().copied().collect::<Vec<_>>().join(", ");
-            match &spec.gpu_type {
-                None => {
-                    return Decision::deny(format!(
-                        "spec.gpuType: tenant {} may only use SKUs {}; set spec.gpuType to one of their products ({})",
-                        t.name,
-                        t.allowed_skus.join(", "),
-                        if products.is_empty() {
-                            "none is defined"
-                        } else {
-                            &products
-                        }
-                    ));
-                }
-                Some(ty) => {
-                    let by_name = world.skus.get(ty).map(String::as_str);
-                    let ok = t.allowed_skus.iter().any(|s| s == ty)
-                        || allowed.contains(ty.as_str())
-                        || by_name.is_some_and(|p| allowed.contains(p));
-                    if !ok {
-                        return Decision::deny(format!(
-                            "spec.gpuType: {ty} is not allowed for tenant {} (allowed SKUs: {}; products: {})",
-                            t.name,
-                            t.allowed_skus.join(", "),
-                            if products.is_empty() {
-                                "none is defined"
-                            } else {
-                                &products
-                            }
-                        ));
-                    }
-                }
-            }
-        }
-        if let Some(ty) = &spec.gpu_type {
-            let product = world.skus.get(ty).cloned().unwrap_or_else(|| ty.clone());
-            if let Some(limit) = t.gpus_per_type.get(&product) {
-                let used = t.gpus_in_use_by_type.get(&product).copied().unwrap_or(0);
-                if i64::from(used) + total > i64::from(*limit) {
-                    return Decision::deny(format!(
-                        "spec.gpus: the job needs {total} {product} GPUs (gpus x replicas) and tenant {} uses {used} of its {limit}",
-                        t.name
-                    ));
-                }
-            }
-        }
+/// A blocked budget covers the job, which asks for `total` GPUs.
+fn check_budgets(total: i64, world: &AdmissionWorld) -> Option<String> {
+    let b = world.blocked_budgets.first().filter(|_| total > 0)?;
+    Some(format!(
+        "GryviaBudget {} is blocked (spend {} USD of its limit): new GPU jobs in its scope are rejected until its period ends or its limit is raised",
+        b.name,
+        b.spend_usd.as_deref().unwrap_or("?")
+    ))
+}
+
+/// The job's GPU type is not one of the tenant's allowed SKUs (by SKU name or product).
+fn check_skus(
+    job: &GryviaAIJob,
+    t: &TenantFacts,
+    skus: &BTreeMap<String, String>,
+) -> Option<String> {
+    if t.allowed_skus.is_empty() {
+        return None;
     }
-    if let Some(q) = &world.gpu_quota
-        && total > 0
-        && q.used + total > q.hard
-    {
-        return Decision::deny(format!(
-            "spec.gpus: the job needs {total} GPUs (gpus x replicas) and the namespace has {} of its {}-GPU quota left (ResourceQuota {})",
-            (q.hard - q.used).max(0),
-            q.hard,
-            q.name
+    let allowed: BTreeSet<&str> = t
+        .allowed_skus
+        .iter()
+        .filter_map(|s| skus.get(s).map(String::as_str))
+        .collect();
+    let products = allowed.iter().copied().collect::<Vec<_>>().join(", ");
+    let products = if products.is_empty() {
+        "none is defined".to_owned()
+    } else {
+        products
+    };
+    let Some(ty) = &job.spec.gpu_type else {
+        return Some(format!(
+            "spec.gpuType: tenant {} may only use SKUs {}; set spec.gpuType to one of their products ({products})",
+            t.name,
+            t.allowed_skus.join(", "),
         ));
-    }
-    if let Some(tpl) = job
+    };
+    let by_name = skus.get(ty).map(String::as_str);
+    let ok = t.allowed_skus.iter().any(|s| s == ty)
+        || allowed.contains(ty.as_str())
+        || by_name.is_some_and(|p| allowed.contains(p));
+    (!ok).then(|| {
+        format!(
+            "spec.gpuType: {ty} is not allowed for tenant {} (allowed SKUs: {}; products: {products})",
+            t.name,
+            t.allowed_skus.join(", "),
+        )
+    })
+}
+
+/// The job's `total` GPUs of its product would take the tenant over its per-product limit.
+fn check_type_limit(
+    job: &GryviaAIJob,
+    t: &TenantFacts,
+    skus: &BTreeMap<String, String>,
+    total: i64,
+) -> Option<String> {
+    let ty = job.spec.gpu_type.as_ref()?;
+    let product = skus.get(ty).cloned().unwrap_or_else(|| ty.clone());
+    let limit = t.gpus_per_type.get(&product)?;
+    let used = t.gpus_in_use_by_type.get(&product).copied().unwrap_or(0);
+    (i64::from(used) + total > i64::from(*limit)).then(|| {
+        format!(
+            "spec.gpus: the job needs {total} {product} GPUs (gpus x replicas) and tenant {} uses {used} of its {limit}",
+            t.name
+        )
+    })
+}
+
+/// The job's `total` GPUs do not fit in what is left of the namespace's GPU quota.
+fn check_quota(total: i64, quota: Option<&GpuQuota>) -> Option<String> {
+    let q = quota.filter(|q| total > 0 && q.used + total > q.hard)?;
+    Some(format!(
+        "spec.gpus: the job needs {total} GPUs (gpus x replicas) and the namespace has {} of its {}-GPU quota left (ResourceQuota {})",
+        (q.hard - q.used).max(0),
+        q.hard,
+        q.name
+    ))
+}
+
+/// The template the job's label names does not exist or is not valid.
+fn check_template(job: &GryviaAIJob, template: Option<&TemplateState>) -> Option<String> {
+    let tpl = job
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(labels::TEMPLATE))
-    {
-        match &world.template {
-            Some(TemplateState::Valid) => {}
-            Some(TemplateState::Invalid(why)) => {
-                return Decision::deny(format!(
-                    "metadata.labels[{}]: template {tpl} is not valid: {why}",
-                    labels::TEMPLATE
-                ));
-            }
-            Some(TemplateState::Missing) | None => {
-                return Decision::deny(format!(
-                    "metadata.labels[{}]: template {tpl} does not exist",
-                    labels::TEMPLATE
-                ));
-            }
-        }
+        .and_then(|l| l.get(labels::TEMPLATE))?;
+    match template {
+        Some(TemplateState::Valid) => None,
+        Some(TemplateState::Invalid(why)) => Some(format!(
+            "metadata.labels[{}]: template {tpl} is not valid: {why}",
+            labels::TEMPLATE
+        )),
+        Some(TemplateState::Missing) | None => Some(format!(
+            "metadata.labels[{}]: template {tpl} does not exist",
+            labels::TEMPLATE
+        )),
     }
+}
+
+/// The reservation the job's annotation names does not exist or belongs to another tenant.
+fn check_reservation(job: &GryviaAIJob, world: &AdmissionWorld) -> Option<String> {
+    let r = annotation(job, labels::RESERVATION)?;
+    let Some(ReservationFacts {
+        exists: true,
+        owner,
+    }) = &world.reservation
+    else {
+        return Some(format!(
+            "metadata.annotations[{}]: reservation {r} does not exist",
+            labels::RESERVATION
+        ));
+    };
+    let tenant = world.tenant.as_ref().map(|t| t.name.as_str());
+    let o = owner.as_ref().filter(|o| tenant != Some(o.as_str()))?;
+    Some(format!(
+        "metadata.annotations[{}]: reservation {r} belongs to {o}, and this namespace belongs to {}",
+        labels::RESERVATION,
+        tenant.map_or("no tenant".to_owned(), |t| format!("tenant {t}"))
+    ))
+}
+
+/// A toleration of the reservation taint (or of every taint) without the annotation of that
+/// reservation.
+fn check_tolerations(job: &GryviaAIJob) -> Option<String> {
     let reservation = annotation(job, labels::RESERVATION);
-    if let Some(r) = reservation {
-        match &world.reservation {
-            Some(ReservationFacts {
-                exists: true,
-                owner,
-            }) => {
-                let tenant = world.tenant.as_ref().map(|t| t.name.as_str());
-                if let Some(o) = owner
-                    && tenant != Some(o.as_str())
-                {
-                    return Decision::deny(format!(
-                        "metadata.annotations[{}]: reservation {r} belongs to {o}, and this namespace belongs to {}",
-                        labels::RESERVATION,
-                        tenant.map_or("no tenant".to_owned(), |t| format!("tenant {t}"))
-                    ));
-                }
-            }
-            _ => {
-                return Decision::deny(format!(
-                    "metadata.annotations[{}]: reservation {r} does not exist",
-                    labels::RESERVATION
-                ));
-            }
-        }
-    }
-    for (i, t) in spec.tolerations.iter().enumerate() {
+    job.spec.tolerations.iter().enumerate().find_map(|(i, t)| {
         let reserved = t.key.as_deref() == Some(labels::RESERVED_TAINT)
             || (t.key.is_none() && t.operator.as_deref() == Some("Exists"));
-        if reserved {
-            let ok = reservation.is_some_and(|r| {
-                t.key.as_deref() == Some(labels::RESERVED_TAINT) && t.value.as_deref() == Some(r)
-            });
-            if !ok {
-                return Decision::deny(format!(
-                    "spec.tolerations[{i}]: tolerating {} is only for jobs annotated {} with that reservation",
-                    labels::RESERVED_TAINT,
-                    labels::RESERVATION
-                ));
-            }
-        }
-    }
-    Decision::allow()
+        let ok = reservation.is_some_and(|r| {
+            t.key.as_deref() == Some(labels::RESERVED_TAINT) && t.value.as_deref() == Some(r)
+        });
+        (reserved && !ok).then(|| {
+            format!(
+                "spec.tolerations[{i}]: tolerating {} is only for jobs annotated {} with that reservation",
+                labels::RESERVED_TAINT,
+                labels::RESERVATION
+            )
+        })
+    })
+}
+
+/// Decides whether a new job is admitted: the first check that fails, in order, denies it
+/// (priority, blocked budgets, the tenant's SKUs and per-product limits, the namespace's
+/// quota, the template, the reservation, reservation tolerations).
+pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
+    let spec = &job.spec;
+    let total = i64::from(spec.gpus) * i64::from(spec.replicas);
+    let tenant = world.tenant.as_ref().filter(|_| spec.gpus > 0);
+    check_priority(job)
+        .or_else(|| check_budgets(total, world))
+        .or_else(|| tenant.and_then(|t| check_skus(job, t, &world.skus)))
+        .or_else(|| tenant.and_then(|t| check_type_limit(job, t, &world.skus, total)))
+        .or_else(|| check_quota(total, world.gpu_quota.as_ref()))
+        .or_else(|| check_template(job, world.template.as_ref()))
+        .or_else(|| check_reservation(job, world))
+        .or_else(|| check_tolerations(job))
+        .map_or_else(Decision::allow, Decision::deny)
 }
 
 fn env(name: &str, value: impl Into<String>) -> Value {
@@ -408,4 +517,258 @@ pub fn mutate_job(job: &GryviaAIJob) -> Vec<Value> {
         }
     }
     ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gryvia_types::testing::ai_job;
+
+    fn job(spec: Value) -> GryviaAIJob {
+        let mut j = ai_job("ns", "j", "img");
+        let mut s = serde_json::to_value(&j.spec).unwrap();
+        for (k, v) in spec.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        j.spec = serde_json::from_value(s).unwrap();
+        j
+    }
+
+    fn annotated(mut j: GryviaAIJob, key: &str, value: &str) -> GryviaAIJob {
+        j.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+        j
+    }
+
+    fn tenant() -> TenantFacts {
+        TenantFacts {
+            name: "ml".into(),
+            allowed_skus: vec!["h100".into()],
+            gpus_per_type: BTreeMap::from([("H100".to_owned(), 4)]),
+            gpus_in_use_by_type: BTreeMap::from([("H100".to_owned(), 3)]),
+        }
+    }
+
+    fn skus() -> BTreeMap<String, String> {
+        BTreeMap::from([("h100".to_owned(), "H100".to_owned())])
+    }
+
+    #[test]
+    fn a_priority_outside_0_to_100_is_named() {
+        assert_eq!(check_priority(&job(json!({"priority": 100}))), None);
+        assert_eq!(
+            check_priority(&job(json!({"priority": 101}))).as_deref(),
+            Some("spec.priority: 101 is outside 0..100")
+        );
+    }
+
+    #[test]
+    fn a_blocked_budget_stops_only_gpu_jobs() {
+        let world = AdmissionWorld {
+            blocked_budgets: vec![BlockedBudget {
+                name: "b".into(),
+                spend_usd: None,
+            }],
+            ..AdmissionWorld::default()
+        };
+        assert!(check_budgets(0, &world).is_none());
+        assert!(check_budgets(1, &world).unwrap().contains("spend ? USD"));
+    }
+
+    #[test]
+    fn the_gpu_type_must_be_an_allowed_sku_or_its_product() {
+        let t = tenant();
+        assert!(check_skus(&job(json!({"gpuType": "h100"})), &t, &skus()).is_none());
+        assert!(check_skus(&job(json!({"gpuType": "H100"})), &t, &skus()).is_none());
+        assert!(
+            check_skus(&job(json!({"gpuType": "A100"})), &t, &skus())
+                .unwrap()
+                .contains("A100 is not allowed for tenant ml")
+        );
+        assert!(
+            check_skus(&job(json!({})), &t, &BTreeMap::new())
+                .unwrap()
+                .ends_with("(none is defined)")
+        );
+    }
+
+    #[test]
+    fn the_per_product_limit_counts_what_the_tenant_uses() {
+        let t = tenant();
+        assert!(check_type_limit(&job(json!({"gpuType": "h100"})), &t, &skus(), 1).is_none());
+        assert!(
+            check_type_limit(&job(json!({"gpuType": "h100"})), &t, &skus(), 2)
+                .unwrap()
+                .contains("uses 3 of its 4")
+        );
+    }
+
+    #[test]
+    fn the_quota_must_have_room_for_every_gpu() {
+        let q = GpuQuota {
+            name: "rq".into(),
+            hard: 4,
+            used: 3,
+        };
+        assert!(check_quota(1, Some(&q)).is_none());
+        assert!(
+            check_quota(2, Some(&q))
+                .unwrap()
+                .contains("has 1 of its 4-GPU quota left")
+        );
+        assert!(check_quota(2, None).is_none());
+    }
+
+    #[test]
+    fn a_template_label_needs_a_valid_template() {
+        let mut j = job(json!({}));
+        assert!(check_template(&j, None).is_none());
+        j.metadata.labels = Some(BTreeMap::from([(
+            labels::TEMPLATE.to_owned(),
+            "t".to_owned(),
+        )]));
+        assert!(check_template(&j, Some(&TemplateState::Valid)).is_none());
+        assert!(
+            check_template(&j, None)
+                .unwrap()
+                .ends_with("template t does not exist")
+        );
+        assert!(
+            check_template(&j, Some(&TemplateState::Invalid("bad".into())))
+                .unwrap()
+                .ends_with("is not valid: bad")
+        );
+    }
+
+    #[test]
+    fn a_reservation_must_exist_and_be_the_tenants() {
+        let j = annotated(job(json!({})), labels::RESERVATION, "r1");
+        let mut world = AdmissionWorld::default();
+        assert!(
+            check_reservation(&j, &world)
+                .unwrap()
+                .ends_with("does not exist")
+        );
+        world.reservation = Some(ReservationFacts {
+            exists: true,
+            owner: Some("ml".into()),
+        });
+        assert!(
+            check_reservation(&j, &world)
+                .unwrap()
+                .ends_with("belongs to ml, and this namespace belongs to no tenant")
+        );
+        world.tenant = Some(tenant());
+        assert!(check_reservation(&j, &world).is_none());
+    }
+
+    #[test]
+    fn only_the_annotated_reservation_may_be_tolerated() {
+        let tolerating = job(json!({"tolerations": [
+            {"key": labels::RESERVED_TAINT, "operator": "Equal", "value": "r1"}]}));
+        assert!(
+            check_tolerations(&tolerating)
+                .unwrap()
+                .starts_with("spec.tolerations[0]")
+        );
+        let j = annotated(tolerating, labels::RESERVATION, "r1");
+        assert!(check_tolerations(&j).is_none());
+        let everything = job(json!({"tolerations": [{"operator": "Exists"}]}));
+        assert!(check_tolerations(&everything).is_some());
+    }
+
+    #[test]
+    fn tenant_facts_come_from_the_spec_and_the_status() {
+        let mut t = gryvia_types::testing::tenant("ml", 4);
+        t.spec.allowed_skus = vec!["h100".into()];
+        let f = TenantFacts::of("ml", &t);
+        assert_eq!(f.allowed_skus, vec!["h100"]);
+        assert!(f.gpus_in_use_by_type.is_empty());
+    }
+
+    #[test]
+    fn the_tightest_quota_has_the_fewest_gpus_left() {
+        let rq = |name: &str, hard: &str, used: &str| -> ResourceQuota {
+            serde_json::from_value(json!({"metadata": {"name": name}, "status": {
+                "hard": {"requests.nvidia.com/gpu": hard}, "used": {"requests.nvidia.com/gpu": used}}}))
+            .unwrap()
+        };
+        let none: ResourceQuota =
+            serde_json::from_value(json!({"metadata": {"name": "cpu"}})).unwrap();
+        let quotas = [rq("a", "8", "2"), rq("b", "4", "3"), none];
+        assert_eq!(
+            GpuQuota::tightest(&quotas),
+            Some(GpuQuota {
+                name: "b".into(),
+                hard: 4,
+                used: 3
+            })
+        );
+        assert_eq!(GpuQuota::tightest(&quotas[2..]), None);
+    }
+
+    #[test]
+    fn a_template_is_valid_only_with_its_valid_condition_true() {
+        assert_eq!(TemplateState::of(None), TemplateState::Missing);
+        let mut t: GryviaTemplate = serde_json::from_value(json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTemplate",
+            "metadata": {"name": "t"},
+            "spec": {"category": "training", "defaults": {"image": "i"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            TemplateState::of(Some(&t)),
+            TemplateState::Invalid("the ai-operator has not checked it yet".into())
+        );
+        t.status = Some(
+            serde_json::from_value(json!({"conditions": [{
+            "type": "Valid", "status": "True", "reason": "Valid", "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+            .unwrap(),
+        );
+        assert_eq!(TemplateState::of(Some(&t)), TemplateState::Valid);
+    }
+
+    #[test]
+    fn a_reservation_belongs_to_a_tenant_for_team_and_tenant_owners() {
+        assert_eq!(
+            ReservationFacts::of(None),
+            ReservationFacts {
+                exists: false,
+                owner: None
+            }
+        );
+        let r: GryviaReservation = serde_json::from_value(json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation",
+            "metadata": {"name": "r"},
+            "spec": {"owner": {"type": "team", "name": "ml"},
+                     "resources": {"gpuType": "H100", "gpuCount": 8},
+                     "schedule": {"type": "immediate"}}
+        }))
+        .unwrap();
+        assert_eq!(ReservationFacts::of(Some(&r)).owner.as_deref(), Some("ml"));
+    }
+
+    #[test]
+    fn blocked_budgets_carry_their_spend() {
+        let b: GryviaBudget = serde_json::from_value(json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaBudget",
+            "metadata": {"name": "ml"},
+            "spec": {"scope": {"type": "tenant", "name": "ml"}, "period": {"type": "monthly"},
+                     "limits": {"costUSD": 1}},
+            "status": {"state": "blocked", "spendUSD": "2.5"}
+        }))
+        .unwrap();
+        let all = [b];
+        assert_eq!(
+            blocked_budgets(&all, Some("ml"), "tenant-ml"),
+            vec![BlockedBudget {
+                name: "ml".into(),
+                spend_usd: Some("2.5".into())
+            }]
+        );
+        assert!(blocked_budgets(&all, Some("cv"), "tenant-cv").is_empty());
+    }
 }

@@ -20,16 +20,25 @@
 //! elsewhere; `status.avoidedNodes` lists those nodes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::time::Duration;
 
 use gryvia_types::conditions::{self, Status};
-use gryvia_types::{FailureClass, GryviaAIJob, GryviaAIJobStatus, JobPhase, PodFailure, labels};
+use gryvia_types::{
+    AccessMode, FailureClass, GryviaAIJob, GryviaAIJobSpec, GryviaAIJobStatus, JobPhase,
+    PodFailure, labels,
+};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, Service, ServicePort, ServiceSpec,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::facts::{self, PodPhase};
 use crate::{Child, EventType, Plan, Timestamp};
 
 /// Condition type: every worker has a node.
@@ -49,7 +58,7 @@ pub const DATA_VOLUME: &str = "gryvia-data";
 /// Name of the worker container.
 pub const WORKER: &str = "worker";
 /// Pod annotation the Job controller sets to the worker's index.
-pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub const COMPLETION_INDEX: &str = labels::JOB_COMPLETION_INDEX;
 /// Failure records kept in the status.
 pub const MAX_FAILURES: usize = 200;
 /// How often an unfinished job is re-read (node quarantines do not trigger a watch event).
@@ -135,7 +144,8 @@ pub struct ObservedPod {
     pub name: String,
     /// Node it is bound to.
     pub node: Option<String>,
-    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`).
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`); read it with
+    /// [`ObservedPod::pod_phase`].
     pub phase: String,
     /// Being deleted.
     pub deleting: bool,
@@ -153,14 +163,19 @@ pub struct ObservedPod {
 }
 
 impl ObservedPod {
+    /// The phase, typed.
+    pub fn pod_phase(&self) -> PodPhase {
+        PodPhase::parse(&self.phase)
+    }
+
     /// Summarises a pod.
     pub fn of(pod: &Pod) -> Self {
         let status = pod.status.clone().unwrap_or_default();
         let conds = status.conditions.unwrap_or_default();
         ObservedPod {
             name: pod.metadata.name.clone().unwrap_or_default(),
-            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-            phase: status.phase.unwrap_or_else(|| "Pending".to_owned()),
+            node: facts::node_of(pod).map(str::to_owned),
+            phase: facts::pod_phase(pod).as_str().to_owned(),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             disruption: conds
                 .iter()
@@ -200,12 +215,7 @@ impl ObservedNode {
     /// Summarises a node.
     pub fn of(node: &Node) -> Self {
         ObservedNode {
-            quarantined: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .and_then(|ts| ts.iter().find(|t| t.key == labels::GPU_UNHEALTHY_TAINT))
-                .map(|t| t.value.clone().unwrap_or_default()),
+            quarantined: facts::quarantined_by(node),
         }
     }
 }
@@ -224,33 +234,125 @@ pub struct AIJobWorld {
     pub priority_class_exists: bool,
 }
 
-/// Classifies a failed pod: `None` when it has not failed.
-pub fn classify(pod: &ObservedPod, nodes: &BTreeMap<String, ObservedNode>) -> Option<PodFailure> {
-    if pod.phase != "Failed" {
+/// Why a pod failed, as the retry accounting sees it. Its text ([`fmt::Display`]) is the
+/// `reason` of the [`PodFailure`] recorded in the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailureCause {
+    /// A `DisruptionTarget=True` condition with this reason (the Eviction API, preemption,
+    /// the taint manager, node shutdown): the Job's pod failure policy ignores the pod, so the
+    /// Job controller never counts it.
+    Disrupted(String),
+    /// The node the pod ran on is gone.
+    NodeGone(String),
+    /// The node the pod ran on is quarantined by this health check.
+    NodeQuarantined {
+        /// The node.
+        node: String,
+        /// The health check.
+        check: String,
+    },
+    /// The kubelet or the node lifecycle rejected or evicted the pod (`status.reason`).
+    RejectedByNode(String),
+    /// A container exited with this code.
+    Exited(i32),
+    /// The pod's `status.reason`.
+    Reason(String),
+    /// Nothing says why.
+    Unknown,
+}
+
+impl FailureCause {
+    /// Application failures use a retry; the others are the infrastructure's.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            FailureCause::Exited(_) | FailureCause::Reason(_) | FailureCause::Unknown => {
+                FailureClass::Application
+            }
+            FailureCause::Disrupted(_)
+            | FailureCause::NodeGone(_)
+            | FailureCause::NodeQuarantined { .. }
+            | FailureCause::RejectedByNode(_) => FailureClass::Infrastructure,
+        }
+    }
+
+    /// Whether the Job controller counts the failure against `backoffLimit` (all but the
+    /// disruptions the pod failure policy ignores).
+    pub fn counted_by_job_controller(&self) -> bool {
+        !matches!(self, FailureCause::Disrupted(_))
+    }
+
+    /// Reads the cause of a failure recorded in the status back from its class and reason
+    /// (the status keeps the text; this is the one place that reads it).
+    pub fn of_recorded(failure: &PodFailure) -> Self {
+        let r = failure.reason.as_str();
+        if failure.class == FailureClass::Application {
+            return match r.strip_prefix("exited with code ").map(str::parse) {
+                Some(Ok(code)) => FailureCause::Exited(code),
+                _ if r == "failed" => FailureCause::Unknown,
+                _ => FailureCause::Reason(r.to_owned()),
+            };
+        }
+        if let Some(d) = r.strip_prefix("disrupted:") {
+            return FailureCause::Disrupted(d.trim_start().to_owned());
+        }
+        if let Some(why) = r.strip_prefix("rejected or evicted by the node: ") {
+            return FailureCause::RejectedByNode(why.to_owned());
+        }
+        let quarantine = format!(" is quarantined ({}=", labels::GPU_UNHEALTHY_TAINT);
+        let node = r.strip_prefix("node ");
+        if let Some((node, check)) = node.and_then(|n| n.split_once(quarantine.as_str())) {
+            return FailureCause::NodeQuarantined {
+                node: node.to_owned(),
+                check: check.strip_suffix(')').unwrap_or(check).to_owned(),
+            };
+        }
+        match node.and_then(|n| n.strip_suffix(" is gone")) {
+            Some(node) => FailureCause::NodeGone(node.to_owned()),
+            None => FailureCause::RejectedByNode(r.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailureCause::Disrupted(d) => write!(f, "disrupted: {d}"),
+            FailureCause::NodeGone(node) => write!(f, "node {node} is gone"),
+            FailureCause::NodeQuarantined { node, check } => write!(
+                f,
+                "node {node} is quarantined ({}={check})",
+                labels::GPU_UNHEALTHY_TAINT
+            ),
+            FailureCause::RejectedByNode(r) => write!(f, "rejected or evicted by the node: {r}"),
+            FailureCause::Exited(code) => write!(f, "exited with code {code}"),
+            FailureCause::Reason(r) => f.write_str(r),
+            FailureCause::Unknown => f.write_str("failed"),
+        }
+    }
+}
+
+/// Why a failed pod failed, from what the pod and its node say; `None` when it has not
+/// failed.
+pub fn failure_cause(
+    pod: &ObservedPod,
+    nodes: &BTreeMap<String, ObservedNode>,
+) -> Option<FailureCause> {
+    if pod.pod_phase() != PodPhase::Failed {
         return None;
     }
-    let infra = |reason: String| {
-        Some(PodFailure {
-            pod: pod.name.clone(),
-            node: pod.node.clone(),
-            class: FailureClass::Infrastructure,
-            reason,
-            exit_code: pod.exit_code,
-        })
-    };
     if let Some(d) = &pod.disruption {
-        return infra(format!("disrupted: {d}"));
+        return Some(FailureCause::Disrupted(d.clone()));
     }
     if let Some(node) = &pod.node {
         match nodes.get(node) {
-            None => return infra(format!("node {node} is gone")),
+            None => return Some(FailureCause::NodeGone(node.clone())),
             Some(ObservedNode {
                 quarantined: Some(check),
             }) => {
-                return infra(format!(
-                    "node {node} is quarantined ({}={check})",
-                    labels::GPU_UNHEALTHY_TAINT
-                ));
+                return Some(FailureCause::NodeQuarantined {
+                    node: node.clone(),
+                    check: check.clone(),
+                });
             }
             Some(_) => {}
         }
@@ -258,17 +360,23 @@ pub fn classify(pod: &ObservedPod, nodes: &BTreeMap<String, ObservedNode>) -> Op
     if let Some(r) = &pod.reason
         && (INFRA_REASONS.contains(&r.as_str()) || r.starts_with("OutOf"))
     {
-        return infra(format!("rejected or evicted by the node: {r}"));
+        return Some(FailureCause::RejectedByNode(r.clone()));
     }
+    Some(match (pod.exit_code, &pod.reason) {
+        (Some(code), _) => FailureCause::Exited(code),
+        (None, Some(r)) => FailureCause::Reason(r.clone()),
+        (None, None) => FailureCause::Unknown,
+    })
+}
+
+/// Classifies a failed pod: `None` when it has not failed.
+pub fn classify(pod: &ObservedPod, nodes: &BTreeMap<String, ObservedNode>) -> Option<PodFailure> {
+    let cause = failure_cause(pod, nodes)?;
     Some(PodFailure {
         pod: pod.name.clone(),
         node: pod.node.clone(),
-        class: FailureClass::Application,
-        reason: match (pod.exit_code, &pod.reason) {
-            (Some(code), _) => format!("exited with code {code}"),
-            (None, Some(r)) => r.clone(),
-            (None, None) => "failed".to_owned(),
-        },
+        class: cause.class(),
+        reason: cause.to_string(),
         exit_code: pod.exit_code,
     })
 }
@@ -319,7 +427,10 @@ pub fn merge_failures(recorded: &[PodFailure], world: &AIJobWorld) -> Vec<PodFai
 pub fn backoff_limit(retry_limit: i32, failures: &[PodFailure]) -> i32 {
     let counted_infra = failures
         .iter()
-        .filter(|f| f.class == FailureClass::Infrastructure && !f.reason.starts_with("disrupted:"))
+        .filter(|f| {
+            f.class == FailureClass::Infrastructure
+                && FailureCause::of_recorded(f).counted_by_job_controller()
+        })
         .count();
     retry_limit.saturating_add(i32::try_from(counted_infra).unwrap_or(i32::MAX))
 }
@@ -401,36 +512,49 @@ pub fn worker_env(job: &GryviaAIJob) -> Vec<Value> {
     out
 }
 
-fn label_map(job: &GryviaAIJob) -> serde_json::Map<String, Value> {
-    let name = job.metadata.name.clone().unwrap_or_default();
-    let mut labels_out = serde_json::Map::new();
-    labels_out.insert(labels::MANAGED_BY.into(), labels::MANAGED_BY_VALUE.into());
-    labels_out.insert(labels::JOB_NAME.into(), name.into());
+/// The labels of the job's children: managed by Gryvia, the job's name, its template.
+fn job_labels(job: &GryviaAIJob) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::from([
+        (
+            labels::MANAGED_BY.to_owned(),
+            labels::MANAGED_BY_VALUE.to_owned(),
+        ),
+        (
+            labels::JOB_NAME.to_owned(),
+            job.metadata.name.clone().unwrap_or_default(),
+        ),
+    ]);
     if let Some(t) = job
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(labels::TEMPLATE))
     {
-        labels_out.insert(labels::TEMPLATE.into(), t.clone().into());
+        out.insert(labels::TEMPLATE.to_owned(), t.clone());
     }
-    labels_out
+    out
 }
 
-/// The batch Job of `job` with the given `backoffLimit` and PriorityClass.
-pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<&str>) -> Value {
-    let name = job.metadata.name.clone().unwrap_or_default();
-    let namespace = job.metadata.namespace.clone().unwrap_or_default();
-    let spec = &job.spec;
-    let multi = spec.replicas > 1;
-    let job_labels = label_map(job);
-    let mut pod_labels = job_labels.clone();
-    for (k, v) in &spec.pod_labels {
-        pod_labels
-            .entry(k.clone())
-            .or_insert_with(|| v.clone().into());
-    }
+fn label_map(job: &GryviaAIJob) -> serde_json::Map<String, Value> {
+    job_labels(job)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect()
+}
 
+/// The metadata of the child `name` of `job`, in its namespace with its labels.
+fn child_meta(job: &GryviaAIJob, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(job.metadata.namespace.clone().unwrap_or_default()),
+        labels: Some(job_labels(job)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The container's `resources`: the GPUs as limits and requests, the CPU as a request, the
+/// memory as both.
+fn resources(spec: &GryviaAIJobSpec) -> Value {
     let mut limits = serde_json::Map::new();
     let mut requests = serde_json::Map::new();
     if spec.gpus > 0 {
@@ -444,25 +568,13 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
         requests.insert("memory".into(), mem.0.clone().into());
         limits.insert("memory".into(), mem.0.clone().into());
     }
+    json!({"limits": limits, "requests": requests})
+}
 
-    let mut envs = worker_env(job);
-    envs.extend(
-        spec.env
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
-    );
-
-    let mut mounts: Vec<Value> = spec
-        .volume_mounts
-        .iter()
-        .map(|m| {
-            let mut v = json!({"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only});
-            if let Some(sp) = &m.sub_path {
-                v["subPath"] = sp.clone().into();
-            }
-            v
-        })
-        .collect();
+/// The pod's volumes: `spec.volumes`, then the claim of `spec.storage`.
+fn volumes(job: &GryviaAIJob) -> Vec<Value> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let spec = &job.spec;
     let mut volumes: Vec<Value> = spec
         .volumes
         .iter()
@@ -487,14 +599,44 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
         volumes.push(
             json!({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name(&name)}}),
         );
+    }
+    volumes
+}
+
+/// The worker's volume mounts: `spec.volumeMounts`, then `spec.storage` at [`DATA_PATH`].
+fn volume_mounts(spec: &GryviaAIJobSpec) -> Vec<Value> {
+    let mut mounts: Vec<Value> = spec
+        .volume_mounts
+        .iter()
+        .map(|m| {
+            let mut v = json!({"name": m.name, "mountPath": m.mount_path, "readOnly": m.read_only});
+            if let Some(sp) = &m.sub_path {
+                v["subPath"] = sp.clone().into();
+            }
+            v
+        })
+        .collect();
+    if spec.storage.is_some() {
         mounts.push(json!({"name": DATA_VOLUME, "mountPath": DATA_PATH}));
     }
+    mounts
+}
 
+/// The worker container: image, command, the controller's environment then `spec.env`,
+/// resources and mounts.
+fn worker_container(job: &GryviaAIJob) -> Value {
+    let spec = &job.spec;
+    let mut envs = worker_env(job);
+    envs.extend(
+        spec.env
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
+    );
     let mut container = json!({
         "name": WORKER,
         "image": spec.image,
         "env": envs,
-        "resources": {"limits": limits, "requests": requests},
+        "resources": resources(spec),
     });
     if !spec.command.is_empty() {
         container["command"] = json!(spec.command);
@@ -502,10 +644,15 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     if !spec.args.is_empty() {
         container["args"] = json!(spec.args);
     }
+    let mounts = volume_mounts(spec);
     if !mounts.is_empty() {
         container["volumeMounts"] = json!(mounts);
     }
+    container
+}
 
+/// `spec.nodeSelector` with the GPU product of `spec.gpuType`.
+fn node_selector(spec: &GryviaAIJobSpec) -> serde_json::Map<String, Value> {
     let mut node_selector: serde_json::Map<String, Value> = spec
         .node_selector
         .iter()
@@ -514,6 +661,13 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     if let Some(t) = &spec.gpu_type {
         node_selector.insert(labels::NVIDIA_GPU_PRODUCT.into(), t.clone().into());
     }
+    node_selector
+}
+
+/// `spec.tolerations`, plus a toleration of the GPU resource's taint for a GPU job (what the
+/// ExtendedResourceToleration admission plugin adds: GPU pools are often tainted so that only
+/// GPU workloads land there).
+fn tolerations(spec: &GryviaAIJobSpec) -> Vec<Value> {
     let mut tolerations: Vec<Value> = spec
         .tolerations
         .iter()
@@ -525,36 +679,62 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
             .iter()
             .any(|t| t.key.as_deref() == Some(labels::NVIDIA_GPU_RESOURCE))
     {
-        // What the ExtendedResourceToleration admission plugin adds: GPU pools are often
-        // tainted so that only GPU workloads land there.
         tolerations.push(json!({"key": labels::NVIDIA_GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}));
     }
+    tolerations
+}
 
+/// The pod template's spec.
+fn pod_spec(job: &GryviaAIJob, priority_class: Option<&str>) -> Value {
+    let spec = &job.spec;
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "enableServiceLinks": false,
-        "containers": [container],
+        "containers": [worker_container(job)],
     });
+    let volumes = volumes(job);
     if !volumes.is_empty() {
         pod_spec["volumes"] = json!(volumes);
     }
+    let node_selector = node_selector(spec);
     if !node_selector.is_empty() {
         pod_spec["nodeSelector"] = Value::Object(node_selector);
     }
+    let tolerations = tolerations(spec);
     if !tolerations.is_empty() {
         pod_spec["tolerations"] = json!(tolerations);
     }
-    if multi {
-        pod_spec["subdomain"] = name.clone().into();
+    if spec.replicas > 1 {
+        pod_spec["subdomain"] = job.metadata.name.clone().unwrap_or_default().into();
     }
     if let Some(pc) = priority_class {
         pod_spec["priorityClassName"] = pc.into();
     }
-    let mut template_meta = json!({"labels": pod_labels});
-    if !spec.pod_annotations.is_empty() {
-        template_meta["annotations"] = json!(spec.pod_annotations);
-    }
+    pod_spec
+}
 
+/// The pod template's metadata: the job's labels with `spec.podLabels` (which cannot replace
+/// them), and `spec.podAnnotations`.
+fn pod_metadata(job: &GryviaAIJob) -> Value {
+    let mut pod_labels = label_map(job);
+    for (k, v) in &job.spec.pod_labels {
+        pod_labels
+            .entry(k.clone())
+            .or_insert_with(|| v.clone().into());
+    }
+    let mut template_meta = json!({"labels": pod_labels});
+    if !job.spec.pod_annotations.is_empty() {
+        template_meta["annotations"] = json!(job.spec.pod_annotations);
+    }
+    template_meta
+}
+
+/// The batch Job of `job` with the given `backoffLimit` and PriorityClass.
+pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<&str>) -> Value {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let spec = &job.spec;
+    let multi = spec.replicas > 1;
     let mut job_spec = json!({
         "backoffLimit": backoff_limit,
         "completions": spec.replicas,
@@ -563,7 +743,7 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
         "podFailurePolicy": {"rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
         ]},
-        "template": {"metadata": template_meta, "spec": pod_spec},
+        "template": {"metadata": pod_metadata(job), "spec": pod_spec(job, priority_class)},
     });
     if let Some(d) = spec.active_deadline_seconds {
         job_spec["activeDeadlineSeconds"] = d.into();
@@ -574,54 +754,62 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": job_labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": label_map(job)},
         "spec": job_spec,
     })
 }
 
 /// The headless Service that gives the workers of a multi-worker job stable names
 /// (`<job>-<index>.<job>`).
-pub fn render_service(job: &GryviaAIJob) -> Value {
+pub fn render_service(job: &GryviaAIJob) -> Service {
     let name = job.metadata.name.clone().unwrap_or_default();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": job.metadata.namespace.clone().unwrap_or_default(),
-            "labels": label_map(job),
-        },
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": true,
-            "selector": {labels::JOB_NAME: name},
-            "ports": [{"name": "master", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
-        },
-    })
+    Service {
+        metadata: child_meta(job, &name),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(BTreeMap::from([(labels::JOB_NAME.to_owned(), name)])),
+            ports: Some(vec![ServicePort {
+                name: Some("master".to_owned()),
+                port: MASTER_PORT,
+                target_port: Some(IntOrString::Int(MASTER_PORT)),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The access mode as Kubernetes names it.
+fn access_mode(mode: AccessMode) -> &'static str {
+    match mode {
+        AccessMode::ReadWriteOnce => "ReadWriteOnce",
+        AccessMode::ReadWriteMany => "ReadWriteMany",
+        AccessMode::ReadOnlyMany => "ReadOnlyMany",
+    }
 }
 
 /// The PersistentVolumeClaim of `spec.storage`, when there is one.
-pub fn render_claim(job: &GryviaAIJob) -> Option<Value> {
+pub fn render_claim(job: &GryviaAIJob) -> Option<PersistentVolumeClaim> {
     let storage = job.spec.storage.as_ref()?;
     let name = job.metadata.name.clone().unwrap_or_default();
-    let mode = serde_json::to_value(storage.access_mode).unwrap_or(Value::Null);
-    let mut spec = json!({
-        "accessModes": [mode],
-        "resources": {"requests": {"storage": storage.size.0}},
-    });
-    if let Some(sc) = &storage.storage_class_name {
-        spec["storageClassName"] = sc.clone().into();
-    }
-    Some(json!({
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": claim_name(&name),
-            "namespace": job.metadata.namespace.clone().unwrap_or_default(),
-            "labels": label_map(job),
-        },
-        "spec": spec,
-    }))
+    Some(PersistentVolumeClaim {
+        metadata: child_meta(job, &claim_name(&name)),
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec![access_mode(storage.access_mode).to_owned()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    storage.size.clone(),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: storage.storage_class_name.clone(),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    })
 }
 
 /// The GryviaAIJob controller's policy.
@@ -681,6 +869,390 @@ fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// Records a spec the schema could not reject: Ready=False and the job Failed, naming the
+/// field, with a Warning Event.
+fn reject_invalid_spec(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    msg: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set(
+        status,
+        conditions::READY,
+        Status::False,
+        conditions::REASON_INVALID_SPEC,
+        msg.clone(),
+        generation,
+        now,
+    );
+    finish(
+        status,
+        JobPhase::Failed,
+        conditions::REASON_INVALID_SPEC,
+        &msg,
+        now,
+        generation,
+        now,
+    );
+    plan.event(EventType::Warning, conditions::REASON_INVALID_SPEC, msg);
+}
+
+/// The PriorityClass the `gryvia.io/priority-class` annotation names.
+fn priority_class_of(job: &GryviaAIJob) -> Option<String> {
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::PRIORITY_CLASS))
+        .cloned()
+}
+
+/// Why the batch Job is not (re)created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Hold {
+    /// A batch Job of the same name that is not this job's.
+    Conflict(String),
+    /// The PriorityClass the annotation names does not exist (yet).
+    NoPriorityClass(String),
+    /// The batch Job was deleted before it finished.
+    Deleted(String),
+}
+
+/// Whether something holds the batch Job back, and what.
+fn hold(
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    current: &GryviaAIJobStatus,
+    priority_class: Option<&str>,
+) -> Option<Hold> {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    if world.job.as_ref().is_some_and(|o| !o.owned) {
+        return Some(Hold::Conflict(format!(
+            "a batch Job named {name} exists in this namespace and does not belong to this GryviaAIJob; delete it or rename the job"
+        )));
+    }
+    if let Some(pc) = priority_class
+        && world.job.is_none()
+        && !world.priority_class_exists
+    {
+        return Some(Hold::NoPriorityClass(format!(
+            "annotation {}: PriorityClass {pc:?} does not exist (create a GryviaPriority of that name)",
+            labels::PRIORITY_CLASS
+        )));
+    }
+    if world.job.is_none() && current.job_name.is_some() {
+        return Some(Hold::Deleted(format!(
+            "the batch Job {name} was deleted before it finished; submit the job again to rerun it"
+        )));
+    }
+    None
+}
+
+/// Records a [`Hold`] in the status: Pending and looked at again for a conflict or a missing
+/// PriorityClass, Failed for a deleted batch Job.
+fn record_hold(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    hold: Hold,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let (reason, msg, again) = match hold {
+        Hold::Conflict(msg) => ("JobConflict", msg, RESYNC),
+        Hold::NoPriorityClass(msg) => ("PriorityClassNotFound", msg, Duration::from_secs(10)),
+        Hold::Deleted(msg) => {
+            finish(
+                status,
+                JobPhase::Failed,
+                "JobDeleted",
+                &msg,
+                now,
+                generation,
+                now,
+            );
+            return;
+        }
+    };
+    set(
+        status,
+        SCHEDULED,
+        Status::False,
+        reason,
+        msg.clone(),
+        generation,
+        now,
+    );
+    status.phase = Some(JobPhase::Pending);
+    status.message = Some(msg);
+    plan.requeue(again);
+}
+
+/// The nodes retries avoid: those recorded, and the nodes of infrastructure failures that are
+/// gone or quarantined.
+fn avoided_nodes(
+    recorded: &[String],
+    failures: &[PodFailure],
+    nodes: &BTreeMap<String, ObservedNode>,
+) -> Vec<String> {
+    let mut avoided: BTreeSet<String> = recorded.iter().cloned().collect();
+    for f in failures
+        .iter()
+        .filter(|f| f.class == FailureClass::Infrastructure)
+    {
+        if let Some(n) = &f.node
+            && nodes.get(n).is_none_or(|o| o.quarantined.is_some())
+        {
+            avoided.insert(n.clone());
+        }
+    }
+    avoided.into_iter().collect()
+}
+
+/// The Events of failures new since `recorded` (and of failures reclassified as
+/// infrastructure), with the retry count after them.
+fn failure_events(
+    recorded: &[PodFailure],
+    failures: &[PodFailure],
+    retries: i32,
+    retry_limit: i32,
+) -> Vec<(EventType, &'static str, String)> {
+    let before: BTreeMap<&str, FailureClass> =
+        recorded.iter().map(|f| (f.pod.as_str(), f.class)).collect();
+    let mut out = Vec::new();
+    for f in failures {
+        let node = f.node.as_deref().unwrap_or("-");
+        match (before.get(f.pod.as_str()), f.class) {
+            (None, FailureClass::Application) => out.push((
+                EventType::Warning,
+                "PodFailed",
+                format!(
+                    "pod {} failed on node {node} ({}); retry {retries} of {retry_limit}",
+                    f.pod, f.reason
+                ),
+            )),
+            (None, FailureClass::Infrastructure) => out.push((
+                EventType::Normal,
+                "InfrastructureFailure",
+                format!(
+                    "pod {} on node {node}: {}; its retry does not count against retryLimit",
+                    f.pod, f.reason
+                ),
+            )),
+            (Some(FailureClass::Application), FailureClass::Infrastructure) => out.push((
+                EventType::Normal,
+                "InfrastructureFailure",
+                format!(
+                    "pod {} failed on node {node}, which is now quarantined; the failure no longer counts against retryLimit",
+                    f.pod
+                ),
+            )),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Classifies the job's failures into the status (retries, infrastructure failures, avoided
+/// nodes) with an Event for each new one; returns the number of application failures.
+fn account_failures(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    current: &GryviaAIJobStatus,
+    status: &mut GryviaAIJobStatus,
+) -> usize {
+    let failures = merge_failures(&current.failures, world);
+    let app = failures
+        .iter()
+        .filter(|f| f.class == FailureClass::Application)
+        .count();
+    status.retries = count(app).min(job.spec.retry_limit);
+    status.infrastructure_failures = count(failures.len() - app);
+    status.avoided_nodes = avoided_nodes(&current.avoided_nodes, &failures, &world.nodes);
+    for (type_, reason, message) in failure_events(
+        &current.failures,
+        &failures,
+        status.retries,
+        job.spec.retry_limit,
+    ) {
+        plan.event(type_, reason, message);
+    }
+    status.failures = failures;
+    app
+}
+
+/// The batch Job, the headless Service of a multi-worker job and the claim of
+/// `spec.storage`.
+fn apply_children(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    job: &GryviaAIJob,
+    backoff_limit: i32,
+    priority_class: Option<&str>,
+) {
+    plan.apply_built(Child::from_json(render_job(
+        job,
+        backoff_limit,
+        priority_class,
+    )));
+    if job.spec.replicas > 1 {
+        plan.apply_built(Child::from_resource(&render_service(job)));
+    }
+    if let Some(claim) = render_claim(job) {
+        plan.apply_built(Child::from_resource(&claim));
+    }
+}
+
+/// The workers that are alive: not being deleted, Pending or Running.
+fn live_pods(pods: &[ObservedPod]) -> Vec<&ObservedPod> {
+    pods.iter()
+        .filter(|p| !p.deleting && p.pod_phase().is_live())
+        .collect()
+}
+
+/// The Scheduled condition from the live workers: the scheduler's word on an unschedulable
+/// one, all placed, or how many are; `None` between attempts (no live pod), when the
+/// condition keeps its last word.
+fn scheduled(live: &[&ObservedPod], replicas: i32) -> Option<(Status, &'static str, String)> {
+    let bound = count(live.iter().filter(|p| p.node.is_some()).count());
+    if let Some(why) = live.iter().find_map(|p| p.unschedulable.clone()) {
+        Some((Status::False, "Unschedulable", why))
+    } else if !live.is_empty() && bound == count(live.len()) {
+        Some((
+            Status::True,
+            "AllWorkersPlaced",
+            format!("{bound} of {replicas} workers have a node"),
+        ))
+    } else if !live.is_empty() {
+        Some((
+            Status::False,
+            "Pending",
+            format!("{bound} of {} workers have a node", live.len()),
+        ))
+    } else {
+        None
+    }
+}
+
+/// Where a job in progress stands: Running (with its condition), Scheduled or Pending, from
+/// its live workers.
+fn track_progress(
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    pods: &[ObservedPod],
+    succeeded: i32,
+    now: Timestamp,
+) {
+    let generation = job.metadata.generation;
+    let replicas = job.spec.replicas;
+    let live = live_pods(pods);
+    if let Some((s, reason, message)) = scheduled(&live, replicas) {
+        set(status, SCHEDULED, s, reason, message, generation, now);
+    }
+    let bound = live.iter().filter(|p| p.node.is_some()).count();
+    let running = live
+        .iter()
+        .filter(|p| p.pod_phase() == PodPhase::Running)
+        .count();
+    let unschedulable = live.iter().find_map(|p| p.unschedulable.clone());
+    if running > 0 {
+        set(
+            status,
+            RUNNING,
+            Status::True,
+            "WorkersRunning",
+            format!("{running} of {replicas} workers running"),
+            generation,
+            now,
+        );
+        status.phase = Some(JobPhase::Running);
+        status.message = Some(format!(
+            "{running} of {replicas} workers running, {succeeded} succeeded"
+        ));
+    } else if !live.is_empty() && conditions::is_true(&status.conditions, SCHEDULED) {
+        status.phase = Some(JobPhase::Scheduled);
+        status.message = Some(format!("{bound} of {replicas} workers placed"));
+    } else {
+        status.phase = Some(JobPhase::Pending);
+        status.message = Some(match &unschedulable {
+            Some(why) => format!("waiting for GPUs: {why}"),
+            None if live.is_empty() && !status.failures.is_empty() => {
+                "waiting for the Job controller to retry a failed pod".to_owned()
+            }
+            None => "waiting for the workers to be placed".to_owned(),
+        });
+    }
+}
+
+/// Where the job stands once its batch Job exists: finished when the Job completed or
+/// failed, else in progress (looked at again after [`RESYNC`]).
+fn track(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    observed: &ObservedJob,
+    application_failures: usize,
+    now: Timestamp,
+) {
+    let generation = job.metadata.generation;
+    status.active = observed.active;
+    status.succeeded = observed.succeeded;
+    // The first worker's start (a node's kubelet took it), not the batch Job's: a job whose
+    // pods wait for a node has not started.
+    if status.start_time.is_none()
+        && let Some(t) = world.pods.iter().filter_map(|p| p.start_time).min()
+    {
+        status.start_time = Some(Time(t));
+    }
+    let at = observed.finish_time.unwrap_or(now);
+    if observed.complete {
+        let msg = format!(
+            "{} of {} workers succeeded",
+            observed.succeeded, job.spec.replicas
+        );
+        finish(
+            status,
+            JobPhase::Succeeded,
+            "Completed",
+            &msg,
+            at,
+            generation,
+            now,
+        );
+    } else if let Some((reason, message)) = &observed.failed_condition {
+        let msg = match reason.as_str() {
+            "BackoffLimitExceeded" => format!(
+                "{application_failures} failed pods used up retryLimit {} ({message})",
+                job.spec.retry_limit
+            ),
+            _ => message.clone(),
+        };
+        finish(status, JobPhase::Failed, reason, &msg, at, generation, now);
+    } else {
+        track_progress(status, job, &world.pods, observed.succeeded, now);
+        plan.requeue(RESYNC);
+    }
+}
+
+/// Ready: the batch Job is in place, or the job finished.
+fn set_ready(status: &mut GryviaAIJobStatus, name: &str, generation: Option<i64>, now: Timestamp) {
+    let message = if status.phase.is_some_and(JobPhase::is_finished) {
+        "finished".to_owned()
+    } else {
+        format!("batch Job {name} is in place")
+    };
+    set(
+        status,
+        conditions::READY,
+        Status::True,
+        conditions::REASON_RECONCILED,
+        message,
+        generation,
+        now,
+    );
+}
+
 impl crate::Reconcile for AIJobReconciler {
     type Object = GryviaAIJob;
     type World = AIJobWorld;
@@ -702,200 +1274,32 @@ impl crate::Reconcile for AIJobReconciler {
         let current = job.status.clone().unwrap_or_default();
         let mut status = current.clone();
         status.observed_generation = generation;
-        let terminal = current.phase.is_some_and(JobPhase::is_finished);
-
-        if terminal {
+        if current.phase.is_some_and(JobPhase::is_finished) {
             // Finished: nothing is re-created (the Job may be gone after its TTL); the record
             // stays as it is.
             plan.set_status_if_changed(job.status.as_ref(), status);
             return plan;
         }
-
         if let Some(msg) = invalid_spec(job) {
-            set(
-                &mut status,
-                conditions::READY,
-                Status::False,
-                conditions::REASON_INVALID_SPEC,
-                msg.clone(),
-                generation,
-                now,
-            );
-            finish(
-                &mut status,
-                JobPhase::Failed,
-                conditions::REASON_INVALID_SPEC,
-                &msg,
-                now,
-                generation,
-                now,
-            );
-            plan.event(EventType::Warning, conditions::REASON_INVALID_SPEC, msg);
+            reject_invalid_spec(&mut plan, &mut status, msg, generation, now);
             plan.set_status_if_changed(job.status.as_ref(), status);
             return plan;
         }
-
-        if let Some(observed) = &world.job
-            && !observed.owned
-        {
-            let msg = format!(
-                "a batch Job named {name} exists in this namespace and does not belong to this GryviaAIJob; delete it or rename the job"
-            );
-            set(
-                &mut status,
-                SCHEDULED,
-                Status::False,
-                "JobConflict",
-                msg.clone(),
-                generation,
-                now,
-            );
-            status.phase = Some(JobPhase::Pending);
-            status.message = Some(msg);
-            plan.requeue(RESYNC);
-            emit_transitions(&mut plan, &current, &status);
-            plan.set_status_if_changed(job.status.as_ref(), status);
-            return plan;
-        }
-
-        let priority_class = job
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(labels::PRIORITY_CLASS))
-            .cloned();
-        if let Some(pc) = &priority_class
-            && world.job.is_none()
-            && !world.priority_class_exists
-        {
-            let msg = format!(
-                "annotation {}: PriorityClass {pc:?} does not exist (create a GryviaPriority of that name)",
-                labels::PRIORITY_CLASS
-            );
-            set(
-                &mut status,
-                SCHEDULED,
-                Status::False,
-                "PriorityClassNotFound",
-                msg.clone(),
-                generation,
-                now,
-            );
-            status.phase = Some(JobPhase::Pending);
-            status.message = Some(msg);
-            plan.requeue(Duration::from_secs(10));
+        let priority_class = priority_class_of(job);
+        if let Some(hold) = hold(job, world, &current, priority_class.as_deref()) {
+            if matches!(hold, Hold::Deleted(_)) {
+                status.priority_class_name = priority_class;
+            }
+            record_hold(&mut plan, &mut status, hold, generation, now);
             emit_transitions(&mut plan, &current, &status);
             plan.set_status_if_changed(job.status.as_ref(), status);
             return plan;
         }
         status.priority_class_name = priority_class.clone();
-
-        if world.job.is_none() && current.job_name.is_some() {
-            let msg = format!(
-                "the batch Job {name} was deleted before it finished; submit the job again to rerun it"
-            );
-            finish(
-                &mut status,
-                JobPhase::Failed,
-                "JobDeleted",
-                &msg,
-                now,
-                generation,
-                now,
-            );
-            emit_transitions(&mut plan, &current, &status);
-            plan.set_status_if_changed(job.status.as_ref(), status);
-            return plan;
-        }
-
-        // Failures and the backoff limit that keeps infrastructure failures free.
-        let failures = merge_failures(&current.failures, world);
-        let app = failures
-            .iter()
-            .filter(|f| f.class == FailureClass::Application)
-            .count();
-        let infra = failures.len() - app;
-        status.retries = count(app).min(job.spec.retry_limit);
-        status.infrastructure_failures = count(infra);
-        let mut avoided: BTreeSet<String> = current.avoided_nodes.iter().cloned().collect();
-        for f in failures
-            .iter()
-            .filter(|f| f.class == FailureClass::Infrastructure)
-        {
-            if let Some(n) = &f.node
-                && world.nodes.get(n).is_none_or(|o| o.quarantined.is_some())
-            {
-                avoided.insert(n.clone());
-            }
-        }
-        status.avoided_nodes = avoided.into_iter().collect();
-        let before: BTreeMap<&str, FailureClass> = current
-            .failures
-            .iter()
-            .map(|f| (f.pod.as_str(), f.class))
-            .collect();
-        for f in &failures {
-            let node = f.node.as_deref().unwrap_or("-");
-            match (before.get(f.pod.as_str()), f.class) {
-                (None, FailureClass::Application) => {
-                    plan.event(
-                        EventType::Warning,
-                        "PodFailed",
-                        format!(
-                            "pod {} failed on node {node} ({}); retry {} of {}",
-                            f.pod, f.reason, status.retries, job.spec.retry_limit
-                        ),
-                    );
-                }
-                (None, FailureClass::Infrastructure) => {
-                    plan.event(
-                        EventType::Normal,
-                        "InfrastructureFailure",
-                        format!(
-                            "pod {} on node {node}: {}; its retry does not count against retryLimit",
-                            f.pod, f.reason
-                        ),
-                    );
-                }
-                (Some(FailureClass::Application), FailureClass::Infrastructure) => {
-                    plan.event(
-                        EventType::Normal,
-                        "InfrastructureFailure",
-                        format!(
-                            "pod {} failed on node {node}, which is now quarantined; the failure no longer counts against retryLimit",
-                            f.pod
-                        ),
-                    );
-                }
-                _ => {}
-            }
-        }
-        status.failures = failures;
+        let app = account_failures(&mut plan, job, world, &current, &mut status);
         let limit = backoff_limit(job.spec.retry_limit, &status.failures);
-
-        // Children.
-        match Child::from_json(render_job(job, limit, priority_class.as_deref())) {
-            Ok(c) => {
-                plan.apply_child(c);
-            }
-            Err(e) => {
-                plan.event(EventType::Warning, "RenderFailed", e.to_string());
-            }
-        }
-        if job.spec.replicas > 1
-            && let Ok(c) = Child::from_json(render_service(job))
-        {
-            plan.apply_child(c);
-        }
-        if let Some(claim) = render_claim(job)
-            && let Ok(c) = Child::from_json(claim)
-        {
-            plan.apply_child(c);
-        }
+        apply_children(&mut plan, job, limit, priority_class.as_deref());
         status.job_name = Some(name.clone());
-
-        // Where the job stands.
-        let replicas = job.spec.replicas;
         match &world.job {
             None => {
                 set(
@@ -910,143 +1314,9 @@ impl crate::Reconcile for AIJobReconciler {
                 status.phase = Some(JobPhase::Pending);
                 status.message = Some("waiting for the batch Job to be created".to_owned());
             }
-            Some(observed) => {
-                status.active = observed.active;
-                status.succeeded = observed.succeeded;
-                // The first worker's start (a node's kubelet took it), not the batch Job's:
-                // a job whose pods wait for a node has not started.
-                if status.start_time.is_none()
-                    && let Some(t) = world.pods.iter().filter_map(|p| p.start_time).min()
-                {
-                    status.start_time = Some(Time(t));
-                }
-                if observed.complete {
-                    let msg = format!("{} of {replicas} workers succeeded", observed.succeeded);
-                    let at = observed.finish_time.unwrap_or(now);
-                    finish(
-                        &mut status,
-                        JobPhase::Succeeded,
-                        "Completed",
-                        &msg,
-                        at,
-                        generation,
-                        now,
-                    );
-                } else if let Some((reason, message)) = &observed.failed_condition {
-                    let msg = match reason.as_str() {
-                        "BackoffLimitExceeded" => format!(
-                            "{} failed pods used up retryLimit {} ({message})",
-                            app, job.spec.retry_limit
-                        ),
-                        _ => message.clone(),
-                    };
-                    let at = observed.finish_time.unwrap_or(now);
-                    finish(
-                        &mut status,
-                        JobPhase::Failed,
-                        reason,
-                        &msg,
-                        at,
-                        generation,
-                        now,
-                    );
-                } else {
-                    let live: Vec<&ObservedPod> = world
-                        .pods
-                        .iter()
-                        .filter(|p| {
-                            !p.deleting && matches!(p.phase.as_str(), "Pending" | "Running")
-                        })
-                        .collect();
-                    let bound = count(live.iter().filter(|p| p.node.is_some()).count());
-                    let running = live.iter().filter(|p| p.phase == "Running").count();
-                    let unschedulable = live.iter().find_map(|p| p.unschedulable.clone());
-                    // Between attempts (no live pod) the condition keeps its last word.
-                    if let Some(why) = &unschedulable {
-                        set(
-                            &mut status,
-                            SCHEDULED,
-                            Status::False,
-                            "Unschedulable",
-                            why.clone(),
-                            generation,
-                            now,
-                        );
-                    } else if !live.is_empty() && bound == count(live.len()) {
-                        set(
-                            &mut status,
-                            SCHEDULED,
-                            Status::True,
-                            "AllWorkersPlaced",
-                            format!("{bound} of {replicas} workers have a node"),
-                            generation,
-                            now,
-                        );
-                    } else if !live.is_empty() {
-                        set(
-                            &mut status,
-                            SCHEDULED,
-                            Status::False,
-                            "Pending",
-                            format!("{bound} of {} workers have a node", live.len()),
-                            generation,
-                            now,
-                        );
-                    }
-                    if running > 0 {
-                        set(
-                            &mut status,
-                            RUNNING,
-                            Status::True,
-                            "WorkersRunning",
-                            format!("{running} of {replicas} workers running"),
-                            generation,
-                            now,
-                        );
-                        status.phase = Some(JobPhase::Running);
-                        status.message = Some(format!(
-                            "{running} of {replicas} workers running, {} succeeded",
-                            observed.succeeded
-                        ));
-                    } else if !live.is_empty() && conditions::is_true(&status.conditions, SCHEDULED)
-                    {
-                        status.phase = Some(JobPhase::Scheduled);
-                        status.message = Some(format!("{bound} of {replicas} workers placed"));
-                    } else {
-                        status.phase = Some(JobPhase::Pending);
-                        status.message = Some(match &unschedulable {
-                            Some(why) => format!("waiting for GPUs: {why}"),
-                            None if live.is_empty() && !status.failures.is_empty() => {
-                                "waiting for the Job controller to retry a failed pod".to_owned()
-                            }
-                            None => "waiting for the workers to be placed".to_owned(),
-                        });
-                    }
-                    plan.requeue(RESYNC);
-                }
-            }
+            Some(observed) => track(&mut plan, &mut status, job, world, observed, app, now),
         }
-        if !status.phase.is_some_and(JobPhase::is_finished) {
-            set(
-                &mut status,
-                conditions::READY,
-                Status::True,
-                conditions::REASON_RECONCILED,
-                format!("batch Job {name} is in place"),
-                generation,
-                now,
-            );
-        } else {
-            set(
-                &mut status,
-                conditions::READY,
-                Status::True,
-                conditions::REASON_RECONCILED,
-                "finished",
-                generation,
-                now,
-            );
-        }
+        set_ready(&mut status, &name, generation, now);
         emit_transitions(&mut plan, &current, &status);
         plan.set_status_if_changed(job.status.as_ref(), status);
         plan
@@ -1112,31 +1382,10 @@ pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
             if allocatable == 0 {
                 return None;
             }
-            let spec = n.spec.clone().unwrap_or_default();
-            let taints = spec.taints.unwrap_or_default();
-            let unavailable =
-                if let Some(t) = taints.iter().find(|t| t.key == labels::GPU_UNHEALTHY_TAINT) {
-                    Some(format!(
-                        "quarantined ({})",
-                        t.value.clone().unwrap_or_default()
-                    ))
-                } else if spec.unschedulable.unwrap_or(false) {
-                    Some("cordoned".to_owned())
-                } else {
-                    taints
-                        .iter()
-                        .find(|t| t.key == labels::RESERVED_TAINT)
-                        .map(|t| format!("reserved ({})", t.value.clone().unwrap_or_default()))
-                };
+            let unavailable = unavailable(n);
             let u = used.get(&name).copied().unwrap_or(0);
             Some(NodeCapacity {
-                gpu_type: n
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::NVIDIA_GPU_PRODUCT))
-                    .cloned()
-                    .unwrap_or_else(|| "unknown".to_owned()),
+                gpu_type: facts::gpu_product(n).unwrap_or("unknown").to_owned(),
                 allocatable,
                 used: u,
                 free: if unavailable.is_some() {
@@ -1153,6 +1402,51 @@ pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
     out
 }
 
+/// Why `node` takes no new pods, if it does not: quarantined (by which check), cordoned, or
+/// reserved (for which reservation).
+pub fn unavailable(node: &Node) -> Option<String> {
+    if let Some(check) = facts::quarantined_by(node) {
+        Some(format!("quarantined ({check})"))
+    } else if facts::cordoned(node) {
+        Some("cordoned".to_owned())
+    } else {
+        facts::reservation_taint(node).map(|r| format!("reserved ({r})"))
+    }
+}
+
+/// The order in which waiting jobs are served: higher `spec.priority` first, then earlier
+/// creation, then name (the generated name of a job not created yet).
+pub fn queue_order(a: &GryviaAIJob, b: &GryviaAIJob) -> std::cmp::Ordering {
+    let key = |j: &GryviaAIJob| {
+        (
+            std::cmp::Reverse(j.spec.priority),
+            j.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            j.metadata
+                .name
+                .clone()
+                .or_else(|| j.metadata.generate_name.clone())
+                .unwrap_or_default(),
+        )
+    };
+    key(a).cmp(&key(b))
+}
+
+/// The jobs waiting for GPUs (no phase yet, or Pending), in [`queue_order`]: what
+/// `gryvia queue` lists.
+pub fn pending_queue(jobs: impl IntoIterator<Item = GryviaAIJob>) -> Vec<GryviaAIJob> {
+    let mut out: Vec<GryviaAIJob> = jobs
+        .into_iter()
+        .filter(|j| {
+            matches!(
+                j.status.as_ref().and_then(|s| s.phase),
+                None | Some(JobPhase::Pending)
+            )
+        })
+        .collect();
+    out.sort_by(queue_order);
+    out
+}
+
 /// The pods to show for a job's logs: the newest attempt of each worker (by completion index),
 /// only those bound to a node, only worker `worker` when given; sorted by index.
 pub fn newest_attempts(pods: Vec<Pod>, worker: Option<u32>) -> Vec<Pod> {
@@ -1166,7 +1460,7 @@ pub fn newest_attempts(pods: Vec<Pod>, worker: Option<u32>) -> Vec<Pod> {
     };
     let mut pods: Vec<Pod> = pods
         .into_iter()
-        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter(|p| facts::node_of(p).is_some())
         .filter(|p| worker.is_none_or(|w| index(p) == w.to_string()))
         .collect();
     pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
@@ -1177,4 +1471,533 @@ pub fn newest_attempts(pods: Vec<Pod>, worker: Option<u32>) -> Vec<Pod> {
     let mut out: Vec<Pod> = latest.into_values().collect();
     out.sort_by_key(|p| index(p).parse::<u32>().unwrap_or(0));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gryvia_types::testing::ai_job;
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn job(spec: Value) -> GryviaAIJob {
+        let mut j = ai_job("ns", "train", "img:1");
+        let mut s = serde_json::to_value(&j.spec).unwrap();
+        for (k, v) in spec.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        j.spec = serde_json::from_value(s).unwrap();
+        j
+    }
+
+    fn pod(name: &str, node: Option<&str>, phase: &str) -> ObservedPod {
+        ObservedPod {
+            name: name.to_owned(),
+            node: node.map(str::to_owned),
+            phase: phase.to_owned(),
+            ..ObservedPod::default()
+        }
+    }
+
+    fn failure(pod: &str, node: &str, class: FailureClass) -> PodFailure {
+        PodFailure {
+            pod: pod.to_owned(),
+            node: Some(node.to_owned()),
+            class,
+            reason: "exited with code 1".to_owned(),
+            exit_code: Some(1),
+        }
+    }
+
+    #[test]
+    fn a_failure_cause_reads_back_from_its_recorded_text() {
+        let causes = [
+            FailureCause::Disrupted("EvictionByEvictionAPI".into()),
+            FailureCause::NodeGone("n1".into()),
+            FailureCause::NodeQuarantined {
+                node: "n1".into(),
+                check: "gpu-ecc".into(),
+            },
+            FailureCause::RejectedByNode("OutOfnvidia.com/gpu".into()),
+            FailureCause::Exited(137),
+            FailureCause::Reason("DeadlineExceeded".into()),
+            FailureCause::Unknown,
+        ];
+        for cause in causes {
+            let recorded = PodFailure {
+                pod: "p".into(),
+                node: None,
+                class: cause.class(),
+                reason: cause.to_string(),
+                exit_code: None,
+            };
+            assert_eq!(FailureCause::of_recorded(&recorded), cause);
+        }
+        assert!(!FailureCause::Disrupted("x".into()).counted_by_job_controller());
+        assert!(FailureCause::NodeGone("n".into()).counted_by_job_controller());
+    }
+
+    #[test]
+    fn a_failed_pods_cause_is_its_disruption_its_node_or_its_exit() {
+        let nodes = BTreeMap::from([("ok".to_owned(), ObservedNode::default())]);
+        assert_eq!(
+            failure_cause(&pod("a", Some("ok"), "Running"), &nodes),
+            None
+        );
+        let mut failed = pod("a", Some("ok"), "Failed");
+        failed.exit_code = Some(1);
+        assert_eq!(
+            failure_cause(&failed, &nodes),
+            Some(FailureCause::Exited(1))
+        );
+        failed.reason = Some("OutOfcpu".into());
+        assert_eq!(
+            failure_cause(&failed, &nodes),
+            Some(FailureCause::RejectedByNode("OutOfcpu".into()))
+        );
+        let gone = pod("b", Some("gone"), "Failed");
+        assert_eq!(
+            failure_cause(&gone, &nodes),
+            Some(FailureCause::NodeGone("gone".into()))
+        );
+    }
+
+    #[test]
+    fn the_queue_serves_priority_then_age_then_name() {
+        let j = |name: &str, priority: i32, created: i64, phase: Option<JobPhase>| {
+            let mut j = job(json!({"priority": priority}));
+            j.metadata.name = Some(name.to_owned());
+            j.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created).unwrap()));
+            j.status = phase.map(|p| GryviaAIJobStatus {
+                phase: Some(p),
+                ..GryviaAIJobStatus::default()
+            });
+            j
+        };
+        let queue = pending_queue(vec![
+            j("old-low", 10, 1, None),
+            j("new-high", 90, 5, Some(JobPhase::Pending)),
+            j("b", 50, 3, None),
+            j("a", 50, 3, None),
+            j("running", 99, 0, Some(JobPhase::Running)),
+        ]);
+        let names: Vec<&str> = queue
+            .iter()
+            .filter_map(|j| j.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, vec!["new-high", "a", "b", "old-low"]);
+        assert_eq!(queue_order(&queue[1], &queue[2]), std::cmp::Ordering::Less);
+    }
+
+    #[test]
+    fn an_observed_phase_reads_typed() {
+        assert_eq!(pod("a", None, "Failed").pod_phase(), PodPhase::Failed);
+        assert_eq!(ObservedPod::default().pod_phase(), PodPhase::Pending);
+    }
+
+    #[test]
+    fn gpus_are_limits_and_requests_and_memory_is_both() {
+        let r = resources(&job(json!({"gpus": 2, "cpu": "4", "memory": "8Gi"})).spec);
+        assert_eq!(
+            r,
+            json!({"limits": {"nvidia.com/gpu": 2, "memory": "8Gi"},
+                   "requests": {"nvidia.com/gpu": 2, "cpu": "4", "memory": "8Gi"}})
+        );
+        assert_eq!(
+            resources(&job(json!({"gpus": 0})).spec),
+            json!({"limits": {}, "requests": {}})
+        );
+    }
+
+    #[test]
+    fn storage_adds_a_claim_volume_after_the_users() {
+        let j = job(
+            json!({"volumes": [{"name": "cfg", "configMap": {"name": "c"}}],
+                           "storage": {"size": "1Gi"}}),
+        );
+        let v = volumes(&j);
+        assert_eq!(v[0], json!({"name": "cfg", "configMap": {"name": "c"}}));
+        assert_eq!(
+            v[1],
+            json!({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": "train-data"}})
+        );
+    }
+
+    #[test]
+    fn storage_is_mounted_at_data_after_the_users_mounts() {
+        let j = job(
+            json!({"volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}],
+                           "storage": {"size": "1Gi"}}),
+        );
+        assert_eq!(
+            volume_mounts(&j.spec),
+            vec![
+                json!({"name": "cfg", "mountPath": "/cfg", "readOnly": false}),
+                json!({"name": DATA_VOLUME, "mountPath": DATA_PATH})
+            ]
+        );
+    }
+
+    #[test]
+    fn the_worker_has_the_controllers_environment_before_the_users() {
+        let c = worker_container(&job(
+            json!({"command": ["python"], "env": [{"name": "A", "value": "1"}]}),
+        ));
+        assert_eq!(c["name"], WORKER);
+        assert_eq!(c["command"], json!(["python"]));
+        let env = c["env"].as_array().unwrap();
+        assert_eq!(env[0]["name"], "GRYVIA_JOB_NAME");
+        assert_eq!(env.last().unwrap(), &json!({"name": "A", "value": "1"}));
+        assert!(c.get("args").is_none() && c.get("volumeMounts").is_none());
+    }
+
+    #[test]
+    fn the_gpu_type_becomes_the_product_selector() {
+        let s = node_selector(&job(json!({"gpuType": "H100", "nodeSelector": {"z": "a"}})).spec);
+        assert_eq!(s.get(labels::NVIDIA_GPU_PRODUCT), Some(&json!("H100")));
+        assert_eq!(s.get("z"), Some(&json!("a")));
+    }
+
+    #[test]
+    fn a_gpu_job_tolerates_the_gpu_taint_unless_it_does_already() {
+        let t = tolerations(&job(json!({"gpus": 1})).spec);
+        assert_eq!(
+            t,
+            vec![
+                json!({"key": labels::NVIDIA_GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+            ]
+        );
+        let own = tolerations(
+            &job(json!({"gpus": 1, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}))
+                .spec,
+        );
+        assert_eq!(own.len(), 1);
+        assert!(tolerations(&job(json!({"gpus": 0})).spec).is_empty());
+    }
+
+    #[test]
+    fn a_multi_worker_pod_gets_the_subdomain_and_the_priority_class() {
+        let s = pod_spec(&job(json!({"replicas": 2})), Some("high"));
+        assert_eq!(s["subdomain"], "train");
+        assert_eq!(s["priorityClassName"], "high");
+        assert_eq!(s["restartPolicy"], "Never");
+        let one = pod_spec(&job(json!({})), None);
+        assert!(one.get("subdomain").is_none() && one.get("priorityClassName").is_none());
+    }
+
+    #[test]
+    fn pod_labels_never_replace_the_controllers() {
+        let m = pod_metadata(&job(
+            json!({"podLabels": {"gryvia.io/job-name": "x", "team": "a"},
+                                          "podAnnotations": {"a": "b"}}),
+        ));
+        assert_eq!(m["labels"]["gryvia.io/job-name"], "train");
+        assert_eq!(m["labels"]["team"], "a");
+        assert_eq!(m["annotations"]["a"], "b");
+    }
+
+    #[test]
+    fn an_invalid_spec_fails_the_job_with_an_event() {
+        let mut plan = Plan::new();
+        let mut status = GryviaAIJobStatus::default();
+        reject_invalid_spec(&mut plan, &mut status, "spec.x: bad".into(), Some(1), now());
+        assert_eq!(status.phase, Some(JobPhase::Failed));
+        assert!(!conditions::is_true(&status.conditions, conditions::READY));
+        assert_eq!(plan.events[0].reason, conditions::REASON_INVALID_SPEC);
+    }
+
+    #[test]
+    fn the_priority_class_comes_from_the_annotation() {
+        let mut j = job(json!({}));
+        assert_eq!(priority_class_of(&j), None);
+        j.metadata.annotations = Some(BTreeMap::from([(
+            labels::PRIORITY_CLASS.to_owned(),
+            "high".to_owned(),
+        )]));
+        assert_eq!(priority_class_of(&j).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_foreign_job_a_missing_class_or_a_deleted_job_holds_the_job_back() {
+        let j = job(json!({}));
+        let current = GryviaAIJobStatus::default();
+        let mut world = AIJobWorld::default();
+        assert_eq!(hold(&j, &world, &current, None), None);
+        assert!(matches!(
+            hold(&j, &world, &current, Some("high")),
+            Some(Hold::NoPriorityClass(_))
+        ));
+        let deleted = GryviaAIJobStatus {
+            job_name: Some("train".into()),
+            ..GryviaAIJobStatus::default()
+        };
+        assert!(matches!(
+            hold(&j, &world, &deleted, None),
+            Some(Hold::Deleted(_))
+        ));
+        world.job = Some(ObservedJob::default());
+        assert!(matches!(
+            hold(&j, &world, &current, None),
+            Some(Hold::Conflict(_))
+        ));
+    }
+
+    #[test]
+    fn a_held_job_is_pending_and_looked_at_again_unless_its_batch_job_was_deleted() {
+        let mut plan = Plan::new();
+        let mut status = GryviaAIJobStatus::default();
+        record_hold(
+            &mut plan,
+            &mut status,
+            Hold::Conflict("c".into()),
+            None,
+            now(),
+        );
+        assert_eq!(status.phase, Some(JobPhase::Pending));
+        assert_eq!(plan.requeue_after(), Some(RESYNC));
+        let mut plan = Plan::new();
+        record_hold(
+            &mut plan,
+            &mut status,
+            Hold::Deleted("d".into()),
+            None,
+            now(),
+        );
+        assert_eq!(status.phase, Some(JobPhase::Failed));
+        assert_eq!(plan.requeue_after(), None);
+    }
+
+    #[test]
+    fn retries_avoid_gone_and_quarantined_nodes_of_infrastructure_failures() {
+        let nodes = BTreeMap::from([
+            ("ok".to_owned(), ObservedNode::default()),
+            (
+                "bad".to_owned(),
+                ObservedNode {
+                    quarantined: Some("hc".into()),
+                },
+            ),
+        ]);
+        let failures = vec![
+            failure("a", "ok", FailureClass::Infrastructure),
+            failure("b", "bad", FailureClass::Infrastructure),
+            failure("c", "gone", FailureClass::Infrastructure),
+            failure("d", "gone2", FailureClass::Application),
+        ];
+        assert_eq!(
+            avoided_nodes(&["old".to_owned()], &failures, &nodes),
+            vec!["bad", "gone", "old"]
+        );
+    }
+
+    #[test]
+    fn new_and_reclassified_failures_raise_events() {
+        let old = vec![failure("a", "n", FailureClass::Application)];
+        let new = vec![
+            failure("a", "n", FailureClass::Infrastructure),
+            failure("b", "n", FailureClass::Application),
+        ];
+        let events = failure_events(&old, &new, 1, 3);
+        let reasons: Vec<&str> = events.iter().map(|e| e.1).collect();
+        assert_eq!(reasons, vec!["InfrastructureFailure", "PodFailed"]);
+        assert!(events[1].2.ends_with("retry 1 of 3"));
+        assert!(failure_events(&new, &new, 1, 3).is_empty());
+    }
+
+    #[test]
+    fn failures_are_counted_into_the_status() {
+        let j = job(json!({"retryLimit": 1}));
+        let world = AIJobWorld {
+            pods: vec![
+                pod("p1", Some("n"), "Failed"),
+                pod("p2", Some("n"), "Failed"),
+            ],
+            nodes: BTreeMap::from([("n".to_owned(), ObservedNode::default())]),
+            ..AIJobWorld::default()
+        };
+        let mut plan = Plan::new();
+        let mut status = GryviaAIJobStatus::default();
+        let app = account_failures(
+            &mut plan,
+            &j,
+            &world,
+            &GryviaAIJobStatus::default(),
+            &mut status,
+        );
+        assert_eq!(app, 2);
+        assert_eq!(status.retries, 1, "capped at the retry limit");
+        assert_eq!(status.failures.len(), 2);
+        assert_eq!(plan.events.len(), 2);
+    }
+
+    #[test]
+    fn the_children_are_the_job_its_service_and_its_claim() {
+        let mut plan = Plan::new();
+        apply_children(
+            &mut plan,
+            &job(json!({"replicas": 2, "storage": {"size": "1Gi"}})),
+            3,
+            None,
+        );
+        let kinds: Vec<&str> = plan
+            .apply
+            .iter()
+            .map(|c| c.object_ref.kind.as_str())
+            .collect();
+        assert_eq!(kinds, vec!["Job", "Service", "PersistentVolumeClaim"]);
+    }
+
+    #[test]
+    fn live_workers_are_pending_or_running_and_not_deleted() {
+        let mut gone = pod("c", None, "Running");
+        gone.deleting = true;
+        let pods = vec![
+            pod("a", None, "Pending"),
+            pod("b", Some("n"), "Succeeded"),
+            gone,
+            pod("d", Some("n"), "Running"),
+        ];
+        let names: Vec<&str> = live_pods(&pods).iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["a", "d"]);
+    }
+
+    #[test]
+    fn scheduled_reports_the_schedulers_word_or_how_many_are_placed() {
+        let placed = pod("a", Some("n"), "Running");
+        let waiting = pod("b", None, "Pending");
+        let mut refused = pod("c", None, "Pending");
+        refused.unschedulable = Some("0/3 nodes".into());
+        assert_eq!(scheduled(&[], 2), None);
+        assert_eq!(
+            scheduled(&[&placed], 1),
+            Some((
+                Status::True,
+                "AllWorkersPlaced",
+                "1 of 1 workers have a node".into()
+            ))
+        );
+        assert_eq!(
+            scheduled(&[&placed, &waiting], 2).map(|s| s.1),
+            Some("Pending")
+        );
+        assert_eq!(
+            scheduled(&[&placed, &refused], 2),
+            Some((Status::False, "Unschedulable", "0/3 nodes".into()))
+        );
+    }
+
+    #[test]
+    fn progress_is_running_scheduled_or_pending() {
+        let j = job(json!({"replicas": 2}));
+        let mut status = GryviaAIJobStatus::default();
+        track_progress(&mut status, &j, &[pod("a", Some("n"), "Running")], 0, now());
+        assert_eq!(status.phase, Some(JobPhase::Running));
+        let mut status = GryviaAIJobStatus::default();
+        track_progress(&mut status, &j, &[pod("a", Some("n"), "Pending")], 0, now());
+        assert_eq!(status.phase, Some(JobPhase::Scheduled));
+        let mut status = GryviaAIJobStatus::default();
+        track_progress(&mut status, &j, &[], 0, now());
+        assert_eq!(
+            status.message.as_deref(),
+            Some("waiting for the workers to be placed")
+        );
+    }
+
+    #[test]
+    fn a_completed_or_failed_batch_job_finishes_the_job() {
+        let j = job(json!({}));
+        let mut plan = Plan::new();
+        let mut status = GryviaAIJobStatus::default();
+        let done = ObservedJob {
+            owned: true,
+            complete: true,
+            succeeded: 1,
+            ..ObservedJob::default()
+        };
+        track(
+            &mut plan,
+            &mut status,
+            &j,
+            &AIJobWorld::default(),
+            &done,
+            0,
+            now(),
+        );
+        assert_eq!(status.phase, Some(JobPhase::Succeeded));
+        assert_eq!(plan.requeue_after(), None);
+        let failed = ObservedJob {
+            owned: true,
+            failed_condition: Some(("BackoffLimitExceeded".into(), "limit".into())),
+            ..ObservedJob::default()
+        };
+        let mut status = GryviaAIJobStatus::default();
+        track(
+            &mut plan,
+            &mut status,
+            &j,
+            &AIJobWorld::default(),
+            &failed,
+            4,
+            now(),
+        );
+        assert_eq!(
+            status.message.as_deref(),
+            Some("4 failed pods used up retryLimit 3 (limit)")
+        );
+        let mut status = GryviaAIJobStatus::default();
+        let running = ObservedJob {
+            owned: true,
+            ..ObservedJob::default()
+        };
+        track(
+            &mut plan,
+            &mut status,
+            &j,
+            &AIJobWorld::default(),
+            &running,
+            0,
+            now(),
+        );
+        assert_eq!(plan.requeue_after(), Some(RESYNC));
+    }
+
+    #[test]
+    fn a_node_is_unavailable_when_quarantined_cordoned_or_reserved() {
+        let node = |spec: Value| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": spec})).unwrap()
+        };
+        let taint =
+            |k: &str, v: &str| json!({"taints": [{"key": k, "value": v, "effect": "NoSchedule"}]});
+        assert_eq!(unavailable(&node(json!({}))), None);
+        assert_eq!(
+            unavailable(&node(taint(labels::GPU_UNHEALTHY_TAINT, "hc"))).as_deref(),
+            Some("quarantined (hc)")
+        );
+        assert_eq!(
+            unavailable(&node(json!({"unschedulable": true}))).as_deref(),
+            Some("cordoned")
+        );
+        assert_eq!(
+            unavailable(&node(taint(labels::RESERVED_TAINT, "r1"))).as_deref(),
+            Some("reserved (r1)")
+        );
+    }
+
+    #[test]
+    fn ready_says_finished_once_the_job_is() {
+        let mut status = GryviaAIJobStatus::default();
+        set_ready(&mut status, "train", None, now());
+        assert_eq!(
+            conditions::find(&status.conditions, conditions::READY).map(|c| c.message.as_str()),
+            Some("batch Job train is in place")
+        );
+        status.phase = Some(JobPhase::Failed);
+        set_ready(&mut status, "train", None, now());
+        assert_eq!(
+            conditions::find(&status.conditions, conditions::READY).map(|c| c.message.as_str()),
+            Some("finished")
+        );
+    }
 }

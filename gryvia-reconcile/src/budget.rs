@@ -93,14 +93,54 @@ pub fn period(kind: PeriodType, now: Timestamp) -> (Timestamp, Timestamp) {
     (at(start), at(end))
 }
 
+/// What a budget's scope covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// The work of one tenant (scope type `team` or `tenant`).
+    Tenant(&'a str),
+    /// The work in one namespace.
+    Namespace(&'a str),
+    /// All work.
+    Cluster,
+}
+
+/// The scope of `budget`.
+pub fn scope(budget: &GryviaBudget) -> Scope<'_> {
+    let name = budget.spec.scope.name.as_str();
+    match budget.spec.scope.type_ {
+        BudgetScopeType::Team | BudgetScopeType::Tenant => Scope::Tenant(name),
+        BudgetScopeType::Namespace => Scope::Namespace(name),
+        BudgetScopeType::Cluster => Scope::Cluster,
+    }
+}
+
+/// Whether `budget` covers work of `tenant` (when it belongs to one) in `namespace`: the one
+/// scope rule of budgets, admission's gate and usage records.
+pub fn covers(budget: &GryviaBudget, tenant: Option<&str>, namespace: &str) -> bool {
+    match scope(budget) {
+        Scope::Tenant(name) => tenant == Some(name),
+        Scope::Namespace(name) => namespace == name,
+        Scope::Cluster => true,
+    }
+}
+
 /// Whether `record` is in the budget's scope.
 pub fn in_scope(budget: &GryviaBudget, record: &GryviaUsageRecord) -> bool {
-    let name = &budget.spec.scope.name;
-    match budget.spec.scope.type_ {
-        BudgetScopeType::Team | BudgetScopeType::Tenant => &record.spec.tenant == name,
-        BudgetScopeType::Namespace => &record.spec.namespace == name,
-        BudgetScopeType::Cluster => true,
-    }
+    covers(budget, Some(&record.spec.tenant), &record.spec.namespace)
+}
+
+/// The budgets whose scope is `tenant` itself (as team or tenant; not the namespace or
+/// cluster budgets that also cover it), sorted by name: what `gryvia tenant` shows.
+pub fn budgets_of_tenant<'a>(
+    budgets: impl IntoIterator<Item = &'a GryviaBudget>,
+    tenant: &str,
+) -> Vec<&'a GryviaBudget> {
+    let mut out: Vec<&GryviaBudget> = budgets
+        .into_iter()
+        .filter(|b| scope(b) == Scope::Tenant(tenant))
+        .collect();
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
 }
 
 /// Spend of a scope in a period.
@@ -302,14 +342,7 @@ pub fn blocking<'a>(
     let mut out: Vec<String> = budgets
         .into_iter()
         .filter(|b| b.status.as_ref().and_then(|s| s.state) == Some(BudgetState::Blocked))
-        .filter(|b| {
-            let name = b.spec.scope.name.as_str();
-            match b.spec.scope.type_ {
-                BudgetScopeType::Team | BudgetScopeType::Tenant => tenant == Some(name),
-                BudgetScopeType::Namespace => namespace == name,
-                BudgetScopeType::Cluster => true,
-            }
-        })
+        .filter(|b| covers(b, tenant, namespace))
         .filter_map(|b| b.metadata.name.clone())
         .collect();
     out.sort();
@@ -586,5 +619,42 @@ mod tests {
         assert_eq!(blocking(&all, Some("ml"), "tenant-ml"), ["ml-monthly"]);
         assert_eq!(blocking(&all, Some("cv"), "tenant-cv"), ["cv-ns"]);
         assert!(blocking(&all, None, "default").is_empty());
+    }
+
+    fn scoped(type_: &str, name: &str) -> GryviaBudget {
+        let mut b = budget(serde_json::json!({"scope": {"type": type_, "name": name}}));
+        b.metadata.name = Some(format!("{type_}-{name}"));
+        b
+    }
+
+    #[test]
+    fn a_scope_is_a_tenant_a_namespace_or_the_cluster() {
+        assert_eq!(scope(&scoped("team", "ml")), Scope::Tenant("ml"));
+        assert_eq!(scope(&scoped("tenant", "ml")), Scope::Tenant("ml"));
+        assert_eq!(scope(&scoped("namespace", "ns")), Scope::Namespace("ns"));
+        assert_eq!(scope(&scoped("cluster", "all")), Scope::Cluster);
+    }
+
+    #[test]
+    fn a_budget_covers_its_tenants_work_its_namespace_or_everything() {
+        assert!(covers(&scoped("tenant", "ml"), Some("ml"), "x"));
+        assert!(!covers(&scoped("tenant", "ml"), None, "ml"));
+        assert!(covers(&scoped("namespace", "ns"), None, "ns"));
+        assert!(covers(&scoped("cluster", "all"), None, "x"));
+    }
+
+    #[test]
+    fn a_tenants_budgets_are_those_scoped_to_it_by_name() {
+        let all = [
+            scoped("tenant", "ml"),
+            scoped("cluster", "all"),
+            scoped("team", "ml"),
+            scoped("tenant", "cv"),
+        ];
+        let names: Vec<&str> = budgets_of_tenant(&all, "ml")
+            .iter()
+            .filter_map(|b| b.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, vec!["team-ml", "tenant-ml"]);
     }
 }

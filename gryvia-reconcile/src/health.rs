@@ -45,14 +45,19 @@ use gryvia_types::labels;
 use gryvia_types::{
     ActionRecord, CheckType, DrainStatus, GpuHealthResult, GpuObservation, GryviaGpuNode,
     GryviaGpuNodeStatus, GryviaHealthCheck, GryviaHealthCheckSpec, GryviaHealthCheckStatus,
-    HealthCheckItem, NodeHealthResult, NodeRemediationState, RemediationAction, RemediationSpec,
-    StepPhase, TargetType, Threshold, Verdict, VerdictSummary,
+    HealthCheckItem, NodeHealthResult, NodeRemediationState, RemediationAction, RemediationResult,
+    RemediationSpec, StepPhase, TargetType, Threshold, Verdict, VerdictSummary,
 };
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
 
 use crate::cron::Schedule;
+use crate::facts::{self, PodPhase};
 use crate::plan::{Child, EventType, Eviction, NodeOp, Plan, Taint, TaintEffect};
 use crate::{Reconcile, Timestamp};
+
+pub mod report;
 
 /// How many action records a status keeps (newest last).
 pub const MAX_ACTIONS: usize = 50;
@@ -91,6 +96,21 @@ pub struct NodeInfo {
     pub maintenance: bool,
 }
 
+impl NodeInfo {
+    /// What the health policy needs to know about a Node (its GPUs by capacity: a node whose
+    /// every GPU is unhealthy is still a GPU node to check).
+    pub fn of(node: &Node) -> Self {
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            gpu_capacity: facts::gpus_capacity(node),
+            unschedulable: facts::cordoned(node),
+            quarantined_by: facts::quarantined_by(node),
+            maintenance: facts::in_maintenance(node),
+        }
+    }
+}
+
 /// A pod as a drain sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -112,6 +132,23 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
+    /// What a drain needs to know about a Pod.
+    pub fn of(pod: &Pod) -> Self {
+        PodInfo {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            owner_kind: facts::controller_kind(pod).map(str::to_owned),
+            mirror: facts::is_mirror(pod),
+            phase: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -132,6 +169,18 @@ pub struct PdbInfo {
     pub disruptions_allowed: i32,
 }
 
+impl PdbInfo {
+    /// What a drain needs to know about a PodDisruptionBudget.
+    pub fn of(pdb: &PodDisruptionBudget) -> Self {
+        PdbInfo {
+            namespace: pdb.metadata.namespace.clone().unwrap_or_default(),
+            name: pdb.metadata.name.clone().unwrap_or_default(),
+            selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
+            disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+        }
+    }
+}
+
 /// What a health check's reconcile needs to know.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -146,6 +195,23 @@ pub struct HealthWorld {
     pub pdbs: Vec<PdbInfo>,
     /// Nodes under remediation by other health checks (counted against their own limits).
     pub remediating_elsewhere: BTreeSet<String>,
+}
+
+/// The nodes other health checks than `name` are remediating (a step requested and not given
+/// up on): [`HealthWorld::remediating_elsewhere`].
+pub fn remediating_elsewhere(checks: &[GryviaHealthCheck], name: &str) -> BTreeSet<String> {
+    checks
+        .iter()
+        .filter(|other| other.metadata.name.as_deref() != Some(name))
+        .filter_map(|other| other.status.as_ref())
+        .flat_map(|s| s.nodes.iter())
+        .filter(|r| {
+            r.remediation
+                .as_ref()
+                .is_some_and(|s| s.phase != StepPhase::Failed)
+        })
+        .map(|r| r.node.clone())
+        .collect()
 }
 
 /// The GryviaHealthCheck reconciler.
@@ -493,7 +559,7 @@ pub fn drain_plan(pods: &[PodInfo], pdbs: &[PdbInfo]) -> DrainPlan {
     for pod in pods {
         if pod.owner_kind.as_deref() == Some("DaemonSet")
             || pod.mirror
-            || matches!(pod.phase.as_str(), "Succeeded" | "Failed")
+            || PodPhase::parse(&pod.phase).is_finished()
         {
             plan.skipped.push(pod.key());
             continue;
@@ -651,9 +717,10 @@ impl Run<'_> {
                 "remediationRequest": request,
             }
         });
-        if let Ok(child) = Child::from_json(object) {
-            self.plan.apply_child(child.unowned());
-        }
+        // A partial object: server-side apply owns only the fields sent, and a typed
+        // GryviaGpuNodeSpec would claim the agent's `reportIntervalSeconds` too.
+        self.plan
+            .apply_built(Child::from_json(object).map(Child::unowned));
         id
     }
 }
@@ -690,6 +757,717 @@ fn invalid(
     plan
 }
 
+/// What is wrong with a health check's spec that the schema cannot say, naming the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum SpecError {
+    /// `spec.schedule` does not parse.
+    #[error("spec.schedule: {0}")]
+    Schedule(#[source] crate::cron::ParseError),
+    /// A step appears twice in `spec.remediation.steps`.
+    #[error("spec.remediation.steps: a step may appear only once")]
+    RepeatedStep,
+}
+
+/// The parsed schedule, or what is wrong with the spec.
+fn check_spec(spec: &GryviaHealthCheckSpec) -> Result<Schedule, SpecError> {
+    let schedule = Schedule::parse(&spec.schedule).map_err(SpecError::Schedule)?;
+    if let Some(rem) = &spec.remediation
+        && rem.steps.iter().collect::<BTreeSet<_>>().len() != rem.steps.len()
+    {
+        return Err(SpecError::RepeatedStep);
+    }
+    Ok(schedule)
+}
+
+/// Whether a run is due: not suspended, and the spec changed or the scheduled time came.
+fn is_due(hc: &GryviaHealthCheck, current: &GryviaHealthCheckStatus, now: Timestamp) -> bool {
+    let spec_changed = current.observed_generation != hc.metadata.generation;
+    !hc.spec.suspend && (spec_changed || current.next_run.as_ref().is_none_or(|n| now >= n.0))
+}
+
+/// The flap-damping counter after a run with `verdict`: a failure adds one, a pass resets it,
+/// Unknown leaves it as it was.
+fn next_failure_count(previous: i32, verdict: Verdict) -> i32 {
+    match verdict {
+        Verdict::Failed => previous.saturating_add(1),
+        Verdict::Unknown => previous,
+        Verdict::Healthy | Verdict::Warning => 0,
+    }
+}
+
+/// A fresh verdict on one targeted node (`exists`: the Node is there), carrying the
+/// counter, the remediation and the drain over from `prev`.
+fn fresh_result(
+    spec: &GryviaHealthCheckSpec,
+    node: &str,
+    exists: bool,
+    gpu_node: Option<&GryviaGpuNodeStatus>,
+    prev: Option<&NodeHealthResult>,
+    now: Timestamp,
+) -> (NodeHealthResult, Option<Timestamp>) {
+    let eval = if exists {
+        evaluate_node(spec, gpu_node, now)
+    } else {
+        NodeEvaluation {
+            verdict: Verdict::Unknown,
+            reasons: vec!["node not found".to_owned()],
+            gpus: Vec::new(),
+            observed_at: None,
+        }
+    };
+    let result = NodeHealthResult {
+        node: node.to_owned(),
+        verdict: eval.verdict,
+        reasons: eval.reasons,
+        consecutive_failures: next_failure_count(
+            prev.map_or(0, |p| p.consecutive_failures),
+            eval.verdict,
+        ),
+        gpus: eval.gpus,
+        quarantined: false,
+        remediation: prev.and_then(|p| p.remediation.clone()),
+        drain: prev.and_then(|p| p.drain.clone()),
+    };
+    (result, eval.observed_at)
+}
+
+/// The verdicts on the targeted nodes: fresh on a run (with a `GpuUnhealthy` Event for a node
+/// that starts failing when `onFailure.alert`), carried over between runs. Also returns when
+/// each freshly evaluated node's oldest observation was taken.
+fn verdicts(
+    spec: &GryviaHealthCheckSpec,
+    world: &HealthWorld,
+    by_name: &BTreeMap<&str, &NodeInfo>,
+    targets: &[String],
+    previous: &[NodeHealthResult],
+    due: bool,
+    run: &mut Run<'_>,
+) -> (Vec<NodeHealthResult>, BTreeMap<String, Option<Timestamp>>) {
+    let previous: BTreeMap<&str, &NodeHealthResult> =
+        previous.iter().map(|r| (r.node.as_str(), r)).collect();
+    let mut results = Vec::with_capacity(targets.len());
+    let mut observed_at = BTreeMap::new();
+    for node in targets {
+        let prev = previous.get(node.as_str()).copied();
+        if !due && let Some(prev) = prev {
+            results.push(prev.clone());
+            continue;
+        }
+        let exists = by_name.contains_key(node.as_str());
+        let gpu_node = world.gpu_nodes.get(node).and_then(|g| g.status.as_ref());
+        let (result, observed) = fresh_result(spec, node, exists, gpu_node, prev, run.now);
+        if due
+            && spec.on_failure.alert
+            && result.verdict == Verdict::Failed
+            && prev.is_none_or(|p| p.verdict != Verdict::Failed)
+        {
+            run.plan.event(
+                EventType::Warning,
+                "GpuUnhealthy",
+                format!("node {node}: {}", result.reasons.join("; ")),
+            );
+        }
+        observed_at.insert(node.clone(), observed);
+        results.push(result);
+    }
+    (results, observed_at)
+}
+
+/// Whether a node that this check has not quarantined is to be quarantined now: a run, the
+/// failure counter at `onFailure.consecutiveFailures`, cordoning on, and no other check's
+/// taint on the node.
+fn wants_quarantine(
+    spec: &GryviaHealthCheckSpec,
+    due: bool,
+    result: &NodeHealthResult,
+    node: &NodeInfo,
+) -> bool {
+    due && spec.on_failure.cordon
+        && result.verdict == Verdict::Failed
+        && result.consecutive_failures >= spec.on_failure.consecutive_failures
+        && node.quarantined_by.is_none()
+}
+
+/// What a step the agent was asked for came to, as far as the ladder is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StepOutcome {
+    /// Still running (or no answer yet) and within its time.
+    Running,
+    /// The agent reports success, at `finished`, with its message.
+    Succeeded {
+        /// When the step ended.
+        finished: Time,
+        /// The agent's message.
+        message: String,
+    },
+    /// Failed or timed out: climb to the next step, for this reason.
+    Escalate(String),
+}
+
+/// The outcome of the running step `state`, from the agent's `result` (only one that answers
+/// this request counts) and the step timeout.
+fn step_outcome(
+    state: &NodeRemediationState,
+    result: Option<&RemediationResult>,
+    timeout_seconds: i32,
+    now: Timestamp,
+) -> StepOutcome {
+    let result = result.filter(|res| res.id == state.request_id);
+    let message = || {
+        result
+            .and_then(|res| res.message.clone())
+            .unwrap_or_default()
+    };
+    match result.map(|res| res.phase) {
+        Some(StepPhase::Succeeded) => StepOutcome::Succeeded {
+            finished: result
+                .and_then(|res| res.finished_at.clone())
+                .unwrap_or_else(|| t(now)),
+            message: message(),
+        },
+        Some(StepPhase::Failed) => StepOutcome::Escalate(format!(
+            "{} failed: {}",
+            action_name(state.action),
+            message()
+        )),
+        Some(StepPhase::Running) | None => {
+            if age_seconds(&state.started_at, now) > i64::from(timeout_seconds) {
+                StepOutcome::Escalate(format!(
+                    "{} timed out after {timeout_seconds}s",
+                    action_name(state.action)
+                ))
+            } else {
+                StepOutcome::Running
+            }
+        }
+    }
+}
+
+/// What a run after a successful step decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Verification {
+    /// No verdict on observations taken after the step yet.
+    Wait,
+    /// Passing: release the node.
+    Release,
+    /// Still failing: climb, for this reason.
+    Escalate(String),
+}
+
+/// Verifies a successful step on observations taken after it ended (`observed`: when the
+/// node's oldest observation of this run was taken).
+fn verify_step(
+    state: &NodeRemediationState,
+    result: &NodeHealthResult,
+    observed: Option<Timestamp>,
+) -> Verification {
+    let fresh = match (observed, &state.finished_at) {
+        (Some(obs), Some(done)) => obs > done.0,
+        _ => false,
+    };
+    if !fresh {
+        return Verification::Wait;
+    }
+    match result.verdict {
+        Verdict::Healthy | Verdict::Warning => Verification::Release,
+        Verdict::Failed => Verification::Escalate(format!(
+            "still failing after {}: {}",
+            action_name(state.action),
+            result.reasons.join("; ")
+        )),
+        Verdict::Unknown => Verification::Wait,
+    }
+}
+
+/// The action pass over the targeted nodes: quarantine, drain, the ladder, release. It counts
+/// quarantined and remediating nodes against the check's limits as it goes.
+struct Action<'a> {
+    spec: &'a GryviaHealthCheckSpec,
+    world: &'a HealthWorld,
+    name: &'a str,
+    due: bool,
+    ladder: Option<&'a RemediationSpec>,
+    targeted: usize,
+    allowed: usize,
+    quarantined: usize,
+    remediating: usize,
+    max_remediating: usize,
+    in_progress: bool,
+}
+
+impl<'a> Action<'a> {
+    /// Counts what is quarantined (by any check) and under remediation (by this one and
+    /// others) before the pass.
+    fn new(
+        spec: &'a GryviaHealthCheckSpec,
+        world: &'a HealthWorld,
+        by_name: &BTreeMap<&str, &NodeInfo>,
+        name: &'a str,
+        due: bool,
+        targets: &[String],
+        results: &[NodeHealthResult],
+    ) -> Self {
+        let node = |n: &str| by_name.get(n).copied();
+        let ladder = spec
+            .remediation
+            .as_ref()
+            .filter(|_| spec.on_failure.auto_remediate);
+        let quarantined = targets
+            .iter()
+            .filter(|n| node(n).is_some_and(|i| i.quarantined_by.is_some()))
+            .count();
+        let remediating = world.remediating_elsewhere.len()
+            + results
+                .iter()
+                .filter(|r| {
+                    r.remediation
+                        .as_ref()
+                        .is_some_and(|s| s.phase != StepPhase::Failed)
+                        && node(&r.node).is_some_and(|i| i.quarantined_by.as_deref() == Some(name))
+                })
+                .count();
+        Action {
+            spec,
+            world,
+            name,
+            due,
+            ladder,
+            targeted: targets.len(),
+            allowed: quarantine_limit(targets.len(), spec.max_quarantined_percent),
+            quarantined,
+            remediating,
+            max_remediating: ladder
+                .map_or(0, |l| usize::try_from(l.max_concurrent_nodes).unwrap_or(1)),
+            in_progress: false,
+        }
+    }
+
+    /// Acts on one node: quarantine it when it is due, or, when this check quarantined it,
+    /// drain it and climb the ladder (`observed`: when this run's observations of the node
+    /// were taken).
+    fn node(
+        &mut self,
+        run: &mut Run<'_>,
+        r: &mut NodeHealthResult,
+        node: &NodeInfo,
+        observed: Option<Timestamp>,
+    ) {
+        if node.quarantined_by.as_deref() != Some(self.name) {
+            // A node released by a human or by another check carries no state from us.
+            r.remediation = None;
+            r.drain = None;
+            if wants_quarantine(self.spec, self.due, r, node) {
+                self.quarantine(run, r, node);
+            }
+            return;
+        }
+        r.quarantined = true;
+        let drained = !self.spec.on_failure.drain || self.drain(run, r);
+        if let Some(ladder) = self.ladder {
+            self.climb(run, r, (node, observed), drained, ladder);
+        }
+    }
+
+    /// Quarantines the node, or holds the quarantine back when the guard is reached.
+    fn quarantine(&mut self, run: &mut Run<'_>, r: &mut NodeHealthResult, node: &NodeInfo) {
+        if self.quarantined < self.allowed {
+            self.quarantined += 1;
+            run.quarantine(node);
+            run.record(
+                &r.node,
+                "Quarantine",
+                format!(
+                    "cordoned and tainted {}: {}",
+                    labels::GPU_UNHEALTHY_TAINT,
+                    r.reasons.join("; ")
+                ),
+                Some(EventType::Warning),
+            );
+            r.quarantined = true;
+            self.in_progress = true;
+        } else {
+            run.record(
+                &r.node,
+                "QuarantineHeldBack",
+                format!(
+                    "{} of {} targeted nodes are quarantined, the most maxQuarantinedPercent {} allows",
+                    self.quarantined, self.targeted, self.spec.max_quarantined_percent
+                ),
+                Some(EventType::Warning),
+            );
+        }
+    }
+
+    /// One round of the drain of a quarantined node; true when it is complete.
+    fn drain(&mut self, run: &mut Run<'_>, r: &mut NodeHealthResult) -> bool {
+        let pods = self
+            .world
+            .pods
+            .get(&r.node)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let dp = drain_plan(pods, &self.world.pdbs);
+        let prev = r.drain.clone().unwrap_or_default();
+        let mut evicting: Vec<String> = Vec::new();
+        for pod in &dp.evict {
+            let key = pod.key();
+            if !prev.evicting.contains(&key) {
+                run.record(
+                    &r.node,
+                    "Evict",
+                    format!("evicting pod {key}"),
+                    Some(EventType::Normal),
+                );
+            }
+            run.plan.evictions.push(Eviction {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                reason: format!("GPU health check {} quarantined node {}", self.name, r.node),
+            });
+            evicting.push(key);
+        }
+        evicting.extend(dp.terminating.iter().cloned());
+        evicting.sort();
+        let blocked: Vec<String> = dp.blocked.iter().map(ToString::to_string).collect();
+        for b in blocked.iter().filter(|b| !prev.blocked.contains(b)) {
+            run.record(
+                &r.node,
+                "EvictionBlocked",
+                format!("{b} allows no disruption; retrying"),
+                Some(EventType::Warning),
+            );
+        }
+        let complete = dp.complete();
+        if complete && !prev.complete {
+            run.record(
+                &r.node,
+                "Drained",
+                "no evictable pod left".to_owned(),
+                Some(EventType::Normal),
+            );
+        }
+        self.in_progress |= !complete;
+        r.drain = Some(DrainStatus {
+            evicting,
+            blocked,
+            complete,
+        });
+        complete
+    }
+
+    /// The failing GPUs of a node (those a step is asked to act on).
+    fn failing_gpus(r: &NodeHealthResult) -> Vec<i32> {
+        r.gpus
+            .iter()
+            .filter(|g| g.verdict == Verdict::Failed)
+            .map(|g| g.index)
+            .collect()
+    }
+
+    /// The remediation ladder of a quarantined node: start it once the drain is done and a
+    /// slot is free, follow the running step, verify a successful one.
+    fn climb(
+        &mut self,
+        run: &mut Run<'_>,
+        r: &mut NodeHealthResult,
+        node: (&NodeInfo, Option<Timestamp>),
+        drained: bool,
+        ladder: &RemediationSpec,
+    ) {
+        let world = self.world;
+        let gpu_node = world.gpu_nodes.get(&r.node);
+        match r.remediation.clone() {
+            None => {
+                if !drained || self.remediating >= self.max_remediating {
+                    return;
+                }
+                let (Some(first), Some(gn)) = (ladder.steps.first(), gpu_node) else {
+                    return;
+                };
+                let id = run.request_step(gn, *first, &Self::failing_gpus(r), 0, ladder);
+                run.record(
+                    &r.node,
+                    action_name(*first),
+                    format!("step 1 of {}: requested {id}", ladder.steps.len()),
+                    Some(EventType::Normal),
+                );
+                r.remediation = Some(running_state(0, *first, id, run.now, String::new()));
+                self.remediating += 1;
+                self.in_progress = true;
+            }
+            Some(state) if state.phase == StepPhase::Failed => {}
+            Some(state) => self.follow(run, r, node, state, ladder),
+        }
+    }
+
+    /// Follows a step in progress or verifies a successful one; escalates when it failed.
+    fn follow(
+        &mut self,
+        run: &mut Run<'_>,
+        r: &mut NodeHealthResult,
+        (node, observed): (&NodeInfo, Option<Timestamp>),
+        mut state: NodeRemediationState,
+        ladder: &RemediationSpec,
+    ) {
+        self.in_progress = true;
+        let world = self.world;
+        let result = world
+            .gpu_nodes
+            .get(&r.node)
+            .and_then(|g| g.status.as_ref())
+            .and_then(|s| s.remediation_result.as_ref());
+        let mut escalate: Option<String> = None;
+        if state.phase == StepPhase::Running {
+            match step_outcome(&state, result, ladder.step_timeout_seconds, run.now) {
+                StepOutcome::Running => {}
+                StepOutcome::Succeeded { finished, message } => {
+                    state.phase = StepPhase::Succeeded;
+                    state.message =
+                        "step succeeded; waiting for a passing check on fresh observations"
+                            .to_owned();
+                    run.record(
+                        &r.node,
+                        &format!("{}Succeeded", action_name(state.action)),
+                        message,
+                        Some(EventType::Normal),
+                    );
+                    state.finished_at = Some(finished);
+                }
+                StepOutcome::Escalate(why) => escalate = Some(why),
+            }
+        } else if self.due {
+            match verify_step(&state, r, observed) {
+                Verification::Wait => {}
+                Verification::Release => {
+                    self.release(run, r, node, state.action);
+                    return;
+                }
+                Verification::Escalate(why) => escalate = Some(why),
+            }
+        }
+        if let Some(why) = escalate {
+            state = self.escalate(run, r, state, why, ladder);
+        }
+        r.remediation = Some(state);
+    }
+
+    /// Releases a node whose check passes after a step: taint removed, uncordoned unless it
+    /// is in manual maintenance, its state cleared.
+    fn release(
+        &mut self,
+        run: &mut Run<'_>,
+        r: &mut NodeHealthResult,
+        node: &NodeInfo,
+        action: RemediationAction,
+    ) {
+        run.release(node);
+        run.record(
+            &r.node,
+            "Recovered",
+            format!(
+                "passing check after {}; taint removed{}",
+                action_name(action),
+                if node.maintenance {
+                    " (node stays cordoned: manual maintenance)"
+                } else {
+                    ", uncordoned"
+                }
+            ),
+            Some(EventType::Normal),
+        );
+        r.quarantined = false;
+        r.remediation = None;
+        r.drain = None;
+        r.consecutive_failures = 0;
+        self.remediating = self.remediating.saturating_sub(1);
+    }
+
+    /// Requests the next step of the ladder, or gives up when there is none.
+    fn escalate(
+        &mut self,
+        run: &mut Run<'_>,
+        r: &NodeHealthResult,
+        mut state: NodeRemediationState,
+        why: String,
+        ladder: &RemediationSpec,
+    ) -> NodeRemediationState {
+        let next = usize::try_from(state.step_index).unwrap_or(0) + 1;
+        let world = self.world;
+        match (ladder.steps.get(next), world.gpu_nodes.get(&r.node)) {
+            (Some(action), Some(gn)) => {
+                let id = run.request_step(gn, *action, &Self::failing_gpus(r), next, ladder);
+                run.record(
+                    &r.node,
+                    action_name(*action),
+                    format!(
+                        "{why}; step {} of {}: requested {id}",
+                        next + 1,
+                        ladder.steps.len()
+                    ),
+                    Some(EventType::Warning),
+                );
+                running_state(next, *action, id, run.now, why)
+            }
+            _ => {
+                run.record(
+                    &r.node,
+                    "RemediationExhausted",
+                    format!("{why}; no step left, the node stays quarantined for an operator"),
+                    Some(EventType::Warning),
+                );
+                state.phase = StepPhase::Failed;
+                state.message = why;
+                self.remediating = self.remediating.saturating_sub(1);
+                state
+            }
+        }
+    }
+}
+
+/// The state of a step just requested.
+fn running_state(
+    step: usize,
+    action: RemediationAction,
+    request_id: String,
+    now: Timestamp,
+    message: String,
+) -> NodeRemediationState {
+    NodeRemediationState {
+        step_index: i32::try_from(step).unwrap_or(i32::MAX),
+        action,
+        request_id,
+        phase: StepPhase::Running,
+        started_at: t(now),
+        finished_at: None,
+        message,
+    }
+}
+
+/// Counts the verdicts and the quarantined nodes.
+fn summarize(results: &[NodeHealthResult]) -> VerdictSummary {
+    let mut summary = VerdictSummary::default();
+    for r in results {
+        match r.verdict {
+            Verdict::Healthy => summary.healthy += 1,
+            Verdict::Warning => summary.warning += 1,
+            Verdict::Failed => summary.failed += 1,
+            Verdict::Unknown => summary.unknown += 1,
+        }
+        if r.quarantined {
+            summary.quarantined += 1;
+        }
+    }
+    summary
+}
+
+/// The Ready condition's status, reason and message (`act`: remediation is enabled).
+fn ready(
+    status: &GryviaHealthCheckStatus,
+    suspend: bool,
+    act: bool,
+) -> (Status, &'static str, String) {
+    if suspend {
+        return (
+            Status::False,
+            "Suspended",
+            "spec.suspend is true; no evaluation runs".to_owned(),
+        );
+    }
+    let s = &status.summary;
+    (
+        Status::True,
+        conditions::REASON_RECONCILED,
+        format!(
+            "{} nodes: {} healthy, {} warning, {} failed, {} unknown, {} quarantined{}",
+            status.nodes.len(),
+            s.healthy,
+            s.warning,
+            s.failed,
+            s.unknown,
+            s.quarantined,
+            if act {
+                ""
+            } else {
+                " (evaluation only: remediation is not enabled)"
+            }
+        ),
+    )
+}
+
+/// The action log with `new` appended, the oldest dropped beyond [`MAX_ACTIONS`].
+fn keep_actions(mut actions: Vec<ActionRecord>, new: Vec<ActionRecord>) -> Vec<ActionRecord> {
+    actions.extend(new);
+    if actions.len() > MAX_ACTIONS {
+        actions.drain(..actions.len() - MAX_ACTIONS);
+    }
+    actions
+}
+
+/// When the next run is: none while suspended, the next scheduled time after a run (or when
+/// none is recorded), else the recorded one.
+fn next_run(
+    schedule: &Schedule,
+    suspend: bool,
+    due: bool,
+    recorded: Option<Time>,
+    now: Timestamp,
+) -> Option<Time> {
+    if suspend {
+        None
+    } else if due || recorded.is_none() {
+        schedule.next_after(now).map(t)
+    } else {
+        recorded
+    }
+}
+
+/// What the run leaves in the status: the results, their summary, the action log, the run
+/// times and the Ready condition.
+struct Outcome {
+    results: Vec<NodeHealthResult>,
+    actions: Vec<ActionRecord>,
+    due: bool,
+    act: bool,
+}
+
+fn write_status(
+    hc: &GryviaHealthCheck,
+    schedule: &Schedule,
+    outcome: Outcome,
+    now: Timestamp,
+) -> GryviaHealthCheckStatus {
+    let spec = &hc.spec;
+    let generation = hc.metadata.generation;
+    let mut status = hc.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    status.summary = summarize(&outcome.results);
+    status.nodes = outcome.results;
+    status.actions = keep_actions(std::mem::take(&mut status.actions), outcome.actions);
+    if outcome.due {
+        status.last_run = Some(t(now));
+    }
+    status.next_run = next_run(
+        schedule,
+        spec.suspend,
+        outcome.due,
+        status.next_run.take(),
+        now,
+    );
+    let (cond_status, reason, message) = ready(&status, spec.suspend, outcome.act);
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            conditions::READY,
+            cond_status,
+            reason,
+            message,
+            generation,
+            now,
+        ),
+    );
+    status
+}
+
 impl Reconcile for HealthCheckReconciler {
     type Object = GryviaHealthCheck;
     type World = HealthWorld;
@@ -699,10 +1477,6 @@ impl Reconcile for HealthCheckReconciler {
         "gryvia-gpu-health"
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one pass over the nodes: evaluation, quarantine, drain, ladder, release"
-    )]
     fn reconcile(
         &self,
         hc: &GryviaHealthCheck,
@@ -711,474 +1485,51 @@ impl Reconcile for HealthCheckReconciler {
     ) -> Plan<GryviaHealthCheckStatus> {
         let spec = &hc.spec;
         let name = hc.metadata.name.as_deref().unwrap_or_default();
-        let schedule = match Schedule::parse(&spec.schedule) {
+        let schedule = match check_spec(spec) {
             Ok(s) => s,
-            Err(e) => return invalid(hc, format!("spec.schedule: {e}"), now),
+            Err(e) => return invalid(hc, e.to_string(), now),
         };
-        if let Some(rem) = &spec.remediation
-            && rem.steps.iter().collect::<BTreeSet<_>>().len() != rem.steps.len()
-        {
-            return invalid(
-                hc,
-                "spec.remediation.steps: a step may appear only once".to_owned(),
-                now,
-            );
-        }
         let current = hc.status.clone().unwrap_or_default();
-        let mut status = current.clone();
-        let generation = hc.metadata.generation;
-        let spec_changed = current.observed_generation != generation;
-        let due =
-            !spec.suspend && (spec_changed || current.next_run.as_ref().is_none_or(|n| now >= n.0));
-
-        let by_name: BTreeMap<&str, &NodeInfo> =
-            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let due = is_due(hc, &current, now);
         let targets = target_nodes(spec, &world.nodes);
-        let previous: BTreeMap<&str, &NodeHealthResult> =
-            current.nodes.iter().map(|r| (r.node.as_str(), r)).collect();
-
         let mut run = Run {
             name,
             now,
             plan: Plan::new(),
             actions: Vec::new(),
         };
-
-        // 1. Verdicts: fresh on a run, carried over between runs.
-        let mut results: Vec<NodeHealthResult> = Vec::with_capacity(targets.len());
-        let mut observed_at: BTreeMap<String, Option<Timestamp>> = BTreeMap::new();
-        for node in &targets {
-            let prev = previous.get(node.as_str()).copied();
-            if !due && let Some(prev) = prev {
-                results.push(prev.clone());
-                continue;
-            }
-            let eval = if by_name.contains_key(node.as_str()) {
-                evaluate_node(
-                    spec,
-                    world.gpu_nodes.get(node).and_then(|g| g.status.as_ref()),
-                    now,
-                )
-            } else {
-                NodeEvaluation {
-                    verdict: Verdict::Unknown,
-                    reasons: vec!["node not found".to_owned()],
-                    gpus: Vec::new(),
-                    observed_at: None,
-                }
-            };
-            let prev_count = prev.map_or(0, |p| p.consecutive_failures);
-            let consecutive_failures = match eval.verdict {
-                Verdict::Failed => prev_count.saturating_add(1),
-                Verdict::Unknown => prev_count,
-                Verdict::Healthy | Verdict::Warning => 0,
-            };
-            if due
-                && spec.on_failure.alert
-                && eval.verdict == Verdict::Failed
-                && prev.is_none_or(|p| p.verdict != Verdict::Failed)
-            {
-                run.plan.event(
-                    EventType::Warning,
-                    "GpuUnhealthy",
-                    format!("node {node}: {}", eval.reasons.join("; ")),
-                );
-            }
-            observed_at.insert(node.clone(), eval.observed_at);
-            results.push(NodeHealthResult {
-                node: node.clone(),
-                verdict: eval.verdict,
-                reasons: eval.reasons,
-                consecutive_failures,
-                gpus: eval.gpus,
-                quarantined: false,
-                remediation: prev.and_then(|p| p.remediation.clone()),
-                drain: prev.and_then(|p| p.drain.clone()),
-            });
-        }
-
-        // 2. Action, from the nodes' taints (the record of a quarantine).
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let (mut results, observed_at) = verdicts(
+            spec,
+            world,
+            &by_name,
+            &targets,
+            &current.nodes,
+            due,
+            &mut run,
+        );
         let act = self.options.remediation && !spec.suspend;
-        let ladder = spec
-            .remediation
-            .as_ref()
-            .filter(|_| spec.on_failure.auto_remediate);
-        let allowed = quarantine_limit(targets.len(), spec.max_quarantined_percent);
-        let mut quarantined_any = targets
-            .iter()
-            .filter(|n| {
-                by_name
-                    .get(n.as_str())
-                    .is_some_and(|i| i.quarantined_by.is_some())
-            })
-            .count();
-        let mut remediating = world.remediating_elsewhere.len()
-            + results
-                .iter()
-                .filter(|r| {
-                    r.remediation
-                        .as_ref()
-                        .is_some_and(|s| s.phase != StepPhase::Failed)
-                        && by_name
-                            .get(r.node.as_str())
-                            .is_some_and(|i| i.quarantined_by.as_deref() == Some(name))
-                })
-                .count();
-        let max_remediating =
-            ladder.map_or(0, |l| usize::try_from(l.max_concurrent_nodes).unwrap_or(1));
-        let mut in_progress = false;
-
+        let mut action = Action::new(spec, world, &by_name, name, due, &targets, &results);
         for r in &mut results {
             let Some(node) = by_name.get(r.node.as_str()).copied() else {
                 continue;
             };
-            let ours = node.quarantined_by.as_deref() == Some(name);
-            if !act {
-                r.quarantined = ours;
-                continue;
-            }
-            if !ours {
-                // A node released by a human or by another check carries no state from us.
-                r.remediation = None;
-                r.drain = None;
-                let threshold = spec.on_failure.consecutive_failures;
-                if due
-                    && spec.on_failure.cordon
-                    && r.verdict == Verdict::Failed
-                    && r.consecutive_failures >= threshold
-                    && node.quarantined_by.is_none()
-                {
-                    if quarantined_any < allowed {
-                        quarantined_any += 1;
-                        run.quarantine(node);
-                        run.record(
-                            &r.node,
-                            "Quarantine",
-                            format!(
-                                "cordoned and tainted {}: {}",
-                                labels::GPU_UNHEALTHY_TAINT,
-                                r.reasons.join("; ")
-                            ),
-                            Some(EventType::Warning),
-                        );
-                        r.quarantined = true;
-                        in_progress = true;
-                    } else {
-                        run.record(
-                            &r.node,
-                            "QuarantineHeldBack",
-                            format!(
-                                "{quarantined_any} of {} targeted nodes are quarantined, the most maxQuarantinedPercent {} allows",
-                                targets.len(),
-                                spec.max_quarantined_percent
-                            ),
-                            Some(EventType::Warning),
-                        );
-                    }
-                }
-                continue;
-            }
-            r.quarantined = true;
-
-            // Drain.
-            let mut drained = true;
-            if spec.on_failure.drain {
-                let pods = world
-                    .pods
-                    .get(&r.node)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                let dp = drain_plan(pods, &world.pdbs);
-                let prev = r.drain.clone().unwrap_or_default();
-                let mut evicting: Vec<String> = Vec::new();
-                for pod in &dp.evict {
-                    let key = pod.key();
-                    if !prev.evicting.contains(&key) {
-                        run.record(
-                            &r.node,
-                            "Evict",
-                            format!("evicting pod {key}"),
-                            Some(EventType::Normal),
-                        );
-                    }
-                    run.plan.evictions.push(Eviction {
-                        namespace: pod.namespace.clone(),
-                        pod: pod.name.clone(),
-                        reason: format!("GPU health check {name} quarantined node {}", r.node),
-                    });
-                    evicting.push(key);
-                }
-                evicting.extend(dp.terminating.iter().cloned());
-                evicting.sort();
-                let blocked: Vec<String> = dp.blocked.iter().map(ToString::to_string).collect();
-                for b in &blocked {
-                    if !prev.blocked.contains(b) {
-                        run.record(
-                            &r.node,
-                            "EvictionBlocked",
-                            format!("{b} allows no disruption; retrying"),
-                            Some(EventType::Warning),
-                        );
-                    }
-                }
-                let complete = dp.complete();
-                if complete && !prev.complete {
-                    run.record(
-                        &r.node,
-                        "Drained",
-                        "no evictable pod left".to_owned(),
-                        Some(EventType::Normal),
-                    );
-                }
-                if !complete {
-                    in_progress = true;
-                    drained = false;
-                }
-                r.drain = Some(DrainStatus {
-                    evicting,
-                    blocked,
-                    complete,
-                });
-            }
-
-            // The remediation ladder.
-            let Some(ladder) = ladder else { continue };
-            let gpu_node = world.gpu_nodes.get(&r.node);
-            let failing_gpus: Vec<i32> = r
-                .gpus
-                .iter()
-                .filter(|g| g.verdict == Verdict::Failed)
-                .map(|g| g.index)
-                .collect();
-            let timeout = ladder.step_timeout_seconds;
-            match r.remediation.clone() {
-                None => {
-                    if !drained || remediating >= max_remediating {
-                        continue;
-                    }
-                    let (Some(first), Some(gn)) = (ladder.steps.first(), gpu_node) else {
-                        continue;
-                    };
-                    let id = run.request_step(gn, *first, &failing_gpus, 0, ladder);
-                    run.record(
-                        &r.node,
-                        action_name(*first),
-                        format!("step 1 of {}: requested {id}", ladder.steps.len()),
-                        Some(EventType::Normal),
-                    );
-                    r.remediation = Some(NodeRemediationState {
-                        step_index: 0,
-                        action: *first,
-                        request_id: id,
-                        phase: StepPhase::Running,
-                        started_at: t(now),
-                        finished_at: None,
-                        message: String::new(),
-                    });
-                    remediating += 1;
-                    in_progress = true;
-                }
-                Some(state) if state.phase == StepPhase::Failed => {}
-                Some(mut state) => {
-                    in_progress = true;
-                    let result = gpu_node
-                        .and_then(|g| g.status.as_ref())
-                        .and_then(|s| s.remediation_result.as_ref())
-                        .filter(|res| res.id == state.request_id);
-                    let mut escalate: Option<String> = None;
-                    if state.phase == StepPhase::Running {
-                        match result.map(|res| res.phase) {
-                            Some(StepPhase::Succeeded) => {
-                                let finished = result
-                                    .and_then(|res| res.finished_at.clone())
-                                    .unwrap_or_else(|| t(now));
-                                state.phase = StepPhase::Succeeded;
-                                state.message = "step succeeded; waiting for a passing check on fresh observations".to_owned();
-                                run.record(
-                                    &r.node,
-                                    &format!("{}Succeeded", action_name(state.action)),
-                                    result
-                                        .and_then(|res| res.message.clone())
-                                        .unwrap_or_default(),
-                                    Some(EventType::Normal),
-                                );
-                                state.finished_at = Some(finished);
-                            }
-                            Some(StepPhase::Failed) => {
-                                escalate = Some(format!(
-                                    "{} failed: {}",
-                                    action_name(state.action),
-                                    result
-                                        .and_then(|res| res.message.clone())
-                                        .unwrap_or_default()
-                                ));
-                            }
-                            Some(StepPhase::Running) | None => {
-                                if age_seconds(&state.started_at, now) > i64::from(timeout) {
-                                    escalate = Some(format!(
-                                        "{} timed out after {timeout}s",
-                                        action_name(state.action)
-                                    ));
-                                }
-                            }
-                        }
-                    } else if due {
-                        // Succeeded: verify on observations taken after the step.
-                        let fresh = match (
-                            observed_at.get(&r.node).copied().flatten(),
-                            &state.finished_at,
-                        ) {
-                            (Some(obs), Some(done)) => obs > done.0,
-                            _ => false,
-                        };
-                        if fresh {
-                            match r.verdict {
-                                Verdict::Healthy | Verdict::Warning => {
-                                    run.release(node);
-                                    run.record(
-                                        &r.node,
-                                        "Recovered",
-                                        format!(
-                                            "passing check after {}; taint removed{}",
-                                            action_name(state.action),
-                                            if node.maintenance {
-                                                " (node stays cordoned: manual maintenance)"
-                                            } else {
-                                                ", uncordoned"
-                                            }
-                                        ),
-                                        Some(EventType::Normal),
-                                    );
-                                    r.quarantined = false;
-                                    r.remediation = None;
-                                    r.drain = None;
-                                    r.consecutive_failures = 0;
-                                    remediating = remediating.saturating_sub(1);
-                                    continue;
-                                }
-                                Verdict::Failed => {
-                                    escalate = Some(format!(
-                                        "still failing after {}: {}",
-                                        action_name(state.action),
-                                        r.reasons.join("; ")
-                                    ));
-                                }
-                                Verdict::Unknown => {}
-                            }
-                        }
-                    }
-                    if let Some(why) = escalate {
-                        let next = usize::try_from(state.step_index).unwrap_or(0) + 1;
-                        match (ladder.steps.get(next), gpu_node) {
-                            (Some(action), Some(gn)) => {
-                                let id = run.request_step(gn, *action, &failing_gpus, next, ladder);
-                                run.record(
-                                    &r.node,
-                                    action_name(*action),
-                                    format!(
-                                        "{why}; step {} of {}: requested {id}",
-                                        next + 1,
-                                        ladder.steps.len()
-                                    ),
-                                    Some(EventType::Warning),
-                                );
-                                state = NodeRemediationState {
-                                    step_index: i32::try_from(next).unwrap_or(i32::MAX),
-                                    action: *action,
-                                    request_id: id,
-                                    phase: StepPhase::Running,
-                                    started_at: t(now),
-                                    finished_at: None,
-                                    message: why,
-                                };
-                            }
-                            _ => {
-                                run.record(
-                                    &r.node,
-                                    "RemediationExhausted",
-                                    format!("{why}; no step left, the node stays quarantined for an operator"),
-                                    Some(EventType::Warning),
-                                );
-                                state.phase = StepPhase::Failed;
-                                state.message = why;
-                                remediating = remediating.saturating_sub(1);
-                            }
-                        }
-                    }
-                    r.remediation = Some(state);
-                }
+            if act {
+                let observed = observed_at.get(&r.node).copied().flatten();
+                action.node(&mut run, r, node, observed);
+            } else {
+                r.quarantined = node.quarantined_by.as_deref() == Some(name);
             }
         }
-
-        // 3. Status.
-        let mut summary = VerdictSummary::default();
-        for r in &results {
-            match r.verdict {
-                Verdict::Healthy => summary.healthy += 1,
-                Verdict::Warning => summary.warning += 1,
-                Verdict::Failed => summary.failed += 1,
-                Verdict::Unknown => summary.unknown += 1,
-            }
-            if r.quarantined {
-                summary.quarantined += 1;
-            }
-        }
-        status.observed_generation = generation;
-        status.nodes = results;
-        status.summary = summary;
-        let mut actions = std::mem::take(&mut status.actions);
-        actions.extend(run.actions);
-        if actions.len() > MAX_ACTIONS {
-            actions.drain(..actions.len() - MAX_ACTIONS);
-        }
-        status.actions = actions;
-        if due {
-            status.last_run = Some(t(now));
-        }
-        status.next_run = if spec.suspend {
-            None
-        } else if due || status.next_run.is_none() {
-            schedule.next_after(now).map(t)
-        } else {
-            status.next_run
+        let in_progress = action.in_progress;
+        let outcome = Outcome {
+            results,
+            actions: run.actions,
+            due,
+            act,
         };
-        let (cond_status, reason, message) = if spec.suspend {
-            (
-                Status::False,
-                "Suspended",
-                "spec.suspend is true; no evaluation runs".to_owned(),
-            )
-        } else {
-            (
-                Status::True,
-                conditions::REASON_RECONCILED,
-                format!(
-                    "{} nodes: {} healthy, {} warning, {} failed, {} unknown, {} quarantined{}",
-                    status.nodes.len(),
-                    status.summary.healthy,
-                    status.summary.warning,
-                    status.summary.failed,
-                    status.summary.unknown,
-                    status.summary.quarantined,
-                    if act {
-                        ""
-                    } else {
-                        " (evaluation only: remediation is not enabled)"
-                    }
-                ),
-            )
-        };
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                conditions::READY,
-                cond_status,
-                reason,
-                message,
-                generation,
-                now,
-            ),
-        );
+        let status = write_status(hc, &schedule, outcome, now);
         let mut plan = run.plan;
         plan.set_status_if_changed(hc.status.as_ref(), status.clone());
         if let Some(next) = &status.next_run {
@@ -1212,5 +1563,546 @@ mod tests {
         assert_eq!(quarantine_limit(3, 25), 0);
         assert_eq!(quarantine_limit(10, 100), 10);
         assert_eq!(quarantine_limit(10, 0), 0);
+    }
+
+    use gryvia_types::CheckType;
+    use gryvia_types::testing::{gpu_node, health_check};
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn ecc_check() -> GryviaHealthCheck {
+        let mut hc = health_check("hc", CheckType::GpuEccErrors, 0.0);
+        hc.spec.on_failure.cordon = true;
+        hc.spec.on_failure.consecutive_failures = 1;
+        hc
+    }
+
+    fn ladder(steps: Vec<RemediationAction>) -> RemediationSpec {
+        RemediationSpec {
+            steps,
+            step_timeout_seconds: 60,
+            reboot_method: Default::default(),
+            max_concurrent_nodes: 1,
+        }
+    }
+
+    fn result(node: &str, verdict: Verdict, failures: i32) -> NodeHealthResult {
+        NodeHealthResult {
+            node: node.to_owned(),
+            verdict,
+            reasons: vec!["gpu 0: bad".to_owned()],
+            consecutive_failures: failures,
+            gpus: vec![GpuHealthResult {
+                index: 0,
+                verdict,
+                reasons: Vec::new(),
+            }],
+            quarantined: false,
+            remediation: None,
+            drain: None,
+        }
+    }
+
+    fn info(name: &str, quarantined_by: Option<&str>) -> NodeInfo {
+        NodeInfo {
+            name: name.to_owned(),
+            gpu_capacity: 8,
+            unschedulable: quarantined_by.is_some(),
+            quarantined_by: quarantined_by.map(str::to_owned),
+            ..NodeInfo::default()
+        }
+    }
+
+    fn run(name: &str) -> Run<'_> {
+        Run {
+            name,
+            now: now(),
+            plan: Plan::new(),
+            actions: Vec::new(),
+        }
+    }
+
+    fn state(phase: StepPhase, finished: Option<Timestamp>) -> NodeRemediationState {
+        NodeRemediationState {
+            step_index: 0,
+            action: RemediationAction::GpuReset,
+            request_id: "req".to_owned(),
+            phase,
+            started_at: t(now()),
+            finished_at: finished.map(t),
+            message: String::new(),
+        }
+    }
+
+    fn answer(id: &str, phase: StepPhase) -> RemediationResult {
+        RemediationResult {
+            id: id.to_owned(),
+            action: RemediationAction::GpuReset,
+            phase,
+            started_at: None,
+            finished_at: None,
+            message: Some("done".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_bad_schedule_or_a_repeated_step_is_named_by_its_field() {
+        let mut hc = ecc_check();
+        assert!(check_spec(&hc.spec).is_ok());
+        hc.spec.remediation = Some(ladder(vec![
+            RemediationAction::GpuReset,
+            RemediationAction::GpuReset,
+        ]));
+        assert_eq!(
+            check_spec(&hc.spec).err().map(|e| e.to_string()).as_deref(),
+            Some("spec.remediation.steps: a step may appear only once")
+        );
+        hc.spec.schedule = "nonsense".to_owned();
+        assert!(
+            check_spec(&hc.spec)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.schedule: ")
+        );
+    }
+
+    #[test]
+    fn a_run_is_due_on_a_spec_change_or_at_the_scheduled_time_unless_suspended() {
+        let mut hc = ecc_check();
+        let mut status = GryviaHealthCheckStatus::default();
+        assert!(is_due(&hc, &status, now()), "never observed: a spec change");
+        status.observed_generation = hc.metadata.generation;
+        status.next_run = Some(t(now() + jiff::SignedDuration::from_secs(60)));
+        assert!(!is_due(&hc, &status, now()));
+        status.next_run = Some(t(now()));
+        assert!(is_due(&hc, &status, now()));
+        hc.spec.suspend = true;
+        assert!(!is_due(&hc, &status, now()));
+    }
+
+    #[test]
+    fn failures_count_up_passes_reset_and_unknown_holds() {
+        assert_eq!(next_failure_count(2, Verdict::Failed), 3);
+        assert_eq!(next_failure_count(2, Verdict::Unknown), 2);
+        assert_eq!(next_failure_count(2, Verdict::Warning), 0);
+        assert_eq!(next_failure_count(2, Verdict::Healthy), 0);
+    }
+
+    #[test]
+    fn a_fresh_result_carries_the_counter_and_the_remediation_over() {
+        let hc = ecc_check();
+        let mut gn = gpu_node("n1", 1, now());
+        if let Some(s) = gn.status.as_mut() {
+            s.gpus[0].ecc_double_bit = Some(1);
+        }
+        let mut prev = result("n1", Verdict::Failed, 2);
+        prev.remediation = Some(state(StepPhase::Running, None));
+        let (r, observed) =
+            fresh_result(&hc.spec, "n1", true, gn.status.as_ref(), Some(&prev), now());
+        assert_eq!((r.verdict, r.consecutive_failures), (Verdict::Failed, 3));
+        assert_eq!(r.remediation, prev.remediation);
+        assert_eq!(observed, Some(now()));
+        let (gone, _) = fresh_result(&hc.spec, "n2", false, None, None, now());
+        assert_eq!(gone.verdict, Verdict::Unknown);
+        assert_eq!(gone.reasons, vec!["node not found"]);
+    }
+
+    #[test]
+    fn verdicts_are_carried_over_between_runs_and_a_new_failure_alerts() {
+        let mut hc = ecc_check();
+        hc.spec.on_failure.alert = true;
+        let mut gn = gpu_node("n1", 1, now());
+        if let Some(s) = gn.status.as_mut() {
+            s.gpus[0].ecc_double_bit = Some(1);
+        }
+        let world = HealthWorld {
+            nodes: vec![info("n1", None)],
+            gpu_nodes: BTreeMap::from([("n1".to_owned(), gn)]),
+            ..HealthWorld::default()
+        };
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let targets = vec!["n1".to_owned()];
+        let mut r = run("hc");
+        let (fresh, _) = verdicts(&hc.spec, &world, &by_name, &targets, &[], true, &mut r);
+        assert_eq!(fresh[0].verdict, Verdict::Failed);
+        assert_eq!(r.plan.events[0].reason, "GpuUnhealthy");
+        let mut r = run("hc");
+        let carried = result("n1", Verdict::Healthy, 0);
+        let (kept, observed) = verdicts(
+            &hc.spec,
+            &world,
+            &by_name,
+            &targets,
+            std::slice::from_ref(&carried),
+            false,
+            &mut r,
+        );
+        assert_eq!(kept, vec![carried]);
+        assert!(observed.is_empty() && r.plan.events.is_empty());
+    }
+
+    #[test]
+    fn only_a_run_with_enough_failures_quarantines_a_node_no_check_holds() {
+        let mut hc = ecc_check();
+        hc.spec.on_failure.consecutive_failures = 2;
+        let free = info("n1", None);
+        assert!(!wants_quarantine(
+            &hc.spec,
+            true,
+            &result("n1", Verdict::Failed, 1),
+            &free
+        ));
+        assert!(wants_quarantine(
+            &hc.spec,
+            true,
+            &result("n1", Verdict::Failed, 2),
+            &free
+        ));
+        assert!(!wants_quarantine(
+            &hc.spec,
+            false,
+            &result("n1", Verdict::Failed, 2),
+            &free
+        ));
+        let held = info("n1", Some("other"));
+        assert!(!wants_quarantine(
+            &hc.spec,
+            true,
+            &result("n1", Verdict::Failed, 2),
+            &held
+        ));
+    }
+
+    #[test]
+    fn a_step_succeeds_fails_or_times_out_by_the_agents_answer_to_its_request() {
+        let running = state(StepPhase::Running, None);
+        assert_eq!(
+            step_outcome(&running, None, 60, now()),
+            StepOutcome::Running
+        );
+        let other = answer("old", StepPhase::Failed);
+        assert_eq!(
+            step_outcome(&running, Some(&other), 60, now()),
+            StepOutcome::Running,
+            "an answer to another request does not count"
+        );
+        assert_eq!(
+            step_outcome(
+                &running,
+                Some(&answer("req", StepPhase::Succeeded)),
+                60,
+                now()
+            ),
+            StepOutcome::Succeeded {
+                finished: t(now()),
+                message: "done".to_owned()
+            }
+        );
+        assert_eq!(
+            step_outcome(&running, Some(&answer("req", StepPhase::Failed)), 60, now()),
+            StepOutcome::Escalate("GpuReset failed: done".to_owned())
+        );
+        let later = now() + jiff::SignedDuration::from_secs(61);
+        assert_eq!(
+            step_outcome(&running, None, 60, later),
+            StepOutcome::Escalate("GpuReset timed out after 60s".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_successful_step_is_judged_only_on_observations_taken_after_it() {
+        let done = state(StepPhase::Succeeded, Some(now()));
+        let after = Some(now() + jiff::SignedDuration::from_secs(1));
+        let passing = result("n1", Verdict::Healthy, 0);
+        assert_eq!(
+            verify_step(&done, &passing, Some(now())),
+            Verification::Wait
+        );
+        assert_eq!(verify_step(&done, &passing, after), Verification::Release);
+        assert_eq!(
+            verify_step(&done, &result("n1", Verdict::Unknown, 0), after),
+            Verification::Wait
+        );
+        assert_eq!(
+            verify_step(&done, &result("n1", Verdict::Failed, 1), after),
+            Verification::Escalate("still failing after GpuReset: gpu 0: bad".to_owned())
+        );
+    }
+
+    fn action_world() -> HealthWorld {
+        HealthWorld {
+            nodes: vec![info("n1", Some("hc")), info("n2", None)],
+            gpu_nodes: BTreeMap::from([("n1".to_owned(), gpu_node("n1", 1, now()))]),
+            ..HealthWorld::default()
+        }
+    }
+
+    #[test]
+    fn the_action_pass_counts_quarantines_and_holds_back_beyond_the_guard() {
+        let hc = ecc_check();
+        let world = action_world();
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let targets = vec!["n1".to_owned(), "n2".to_owned()];
+        let results = vec![
+            result("n1", Verdict::Failed, 1),
+            result("n2", Verdict::Failed, 1),
+        ];
+        let mut action = Action::new(&hc.spec, &world, &by_name, "hc", true, &targets, &results);
+        assert_eq!((action.quarantined, action.allowed), (1, 0));
+        let mut r = run("hc");
+        let mut n2 = results[1].clone();
+        action.node(&mut r, &mut n2, by_name["n2"], None);
+        assert!(!n2.quarantined);
+        assert_eq!(r.actions[0].action, "QuarantineHeldBack");
+        let mut n1 = results[0].clone();
+        action.node(&mut r, &mut n1, by_name["n1"], None);
+        assert!(n1.quarantined, "a node this check holds stays quarantined");
+    }
+
+    #[test]
+    fn a_drain_round_evicts_and_completes_when_nothing_is_left() {
+        let mut hc = ecc_check();
+        hc.spec.on_failure.drain = true;
+        let mut world = action_world();
+        world.pods.insert(
+            "n1".to_owned(),
+            vec![PodInfo {
+                namespace: "ns".into(),
+                name: "p".into(),
+                phase: "Running".into(),
+                ..PodInfo::default()
+            }],
+        );
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut action = Action::new(&hc.spec, &world, &by_name, "hc", true, &[], &[]);
+        let mut r = run("hc");
+        let mut n1 = result("n1", Verdict::Failed, 1);
+        assert!(!action.drain(&mut r, &mut n1));
+        assert_eq!(r.plan.evictions.len(), 1);
+        assert!(action.in_progress);
+        assert_eq!(
+            n1.drain.as_ref().map(|d| d.evicting.clone()),
+            Some(vec!["ns/p".to_owned()])
+        );
+        world.pods.clear();
+        let mut action = Action::new(&hc.spec, &world, &by_name, "hc", true, &[], &[]);
+        assert!(action.drain(&mut r, &mut n1));
+        assert_eq!(r.actions.last().map(|a| a.action.as_str()), Some("Drained"));
+    }
+
+    #[test]
+    fn the_ladder_starts_follows_escalates_and_gives_up() {
+        let mut hc = ecc_check();
+        hc.spec.on_failure.auto_remediate = true;
+        hc.spec.remediation = Some(ladder(vec![RemediationAction::GpuReset]));
+        let world = action_world();
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let targets = vec!["n1".to_owned()];
+        let mut action = Action::new(&hc.spec, &world, &by_name, "hc", true, &targets, &[]);
+        let mut r = run("hc");
+        let mut n1 = result("n1", Verdict::Failed, 1);
+        action.node(&mut r, &mut n1, by_name["n1"], None);
+        let started = n1.remediation.clone().unwrap();
+        assert_eq!((started.phase, action.remediating), (StepPhase::Running, 1));
+        assert_eq!(
+            r.plan.apply.len(),
+            1,
+            "the agent is asked for the first step"
+        );
+        let spec = hc.spec.remediation.clone().unwrap();
+        let failed = action.escalate(&mut r, &n1, started, "it broke".to_owned(), &spec);
+        assert_eq!(failed.phase, StepPhase::Failed);
+        assert_eq!(action.remediating, 0);
+        assert_eq!(
+            r.actions.last().map(|a| a.action.as_str()),
+            Some("RemediationExhausted")
+        );
+    }
+
+    #[test]
+    fn a_passing_node_is_released_with_its_state_cleared() {
+        let hc = ecc_check();
+        let world = action_world();
+        let by_name: BTreeMap<&str, &NodeInfo> =
+            world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut action = Action::new(&hc.spec, &world, &by_name, "hc", true, &[], &[]);
+        action.remediating = 1;
+        let mut r = run("hc");
+        let mut n1 = result("n1", Verdict::Healthy, 3);
+        n1.quarantined = true;
+        action.release(&mut r, &mut n1, by_name["n1"], RemediationAction::GpuReset);
+        assert!(!n1.quarantined && n1.consecutive_failures == 0 && action.remediating == 0);
+        assert_eq!(r.plan.node_ops.len(), 2, "untainted and uncordoned");
+    }
+
+    #[test]
+    fn a_requested_step_starts_running_now() {
+        let s = running_state(
+            2,
+            RemediationAction::Reboot,
+            "id".into(),
+            now(),
+            "why".into(),
+        );
+        assert_eq!((s.step_index, s.phase), (2, StepPhase::Running));
+        assert_eq!((s.started_at, s.finished_at), (t(now()), None));
+    }
+
+    #[test]
+    fn the_summary_counts_verdicts_and_quarantines() {
+        let mut q = result("a", Verdict::Failed, 1);
+        q.quarantined = true;
+        let s = summarize(&[
+            q,
+            result("b", Verdict::Healthy, 0),
+            result("c", Verdict::Unknown, 0),
+        ]);
+        assert_eq!(
+            (s.healthy, s.warning, s.failed, s.unknown, s.quarantined),
+            (1, 0, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn ready_says_suspended_or_counts_the_nodes() {
+        let mut status = GryviaHealthCheckStatus::default();
+        status.nodes = vec![result("a", Verdict::Healthy, 0)];
+        status.summary = summarize(&status.nodes);
+        assert_eq!(ready(&status, true, true).1, "Suspended");
+        let (s, _, message) = ready(&status, false, false);
+        assert_eq!(s, Status::True);
+        assert_eq!(
+            message,
+            "1 nodes: 1 healthy, 0 warning, 0 failed, 0 unknown, 0 quarantined (evaluation only: remediation is not enabled)"
+        );
+    }
+
+    #[test]
+    fn the_action_log_keeps_the_newest() {
+        let record = |i: usize| ActionRecord {
+            time: t(now()),
+            node: format!("n{i}"),
+            action: "A".into(),
+            message: String::new(),
+        };
+        let old: Vec<ActionRecord> = (0..MAX_ACTIONS).map(record).collect();
+        let kept = keep_actions(old, vec![record(MAX_ACTIONS)]);
+        assert_eq!(kept.len(), MAX_ACTIONS);
+        assert_eq!(kept[0].node, "n1");
+        assert_eq!(kept[MAX_ACTIONS - 1].node, format!("n{MAX_ACTIONS}"));
+    }
+
+    #[test]
+    fn the_next_run_follows_the_schedule_after_a_run_and_stops_when_suspended() {
+        let schedule = Schedule::parse("*/5 * * * *").unwrap();
+        let recorded = Some(t(now() + jiff::SignedDuration::from_secs(7)));
+        assert_eq!(
+            next_run(&schedule, true, true, recorded.clone(), now()),
+            None
+        );
+        assert_eq!(
+            next_run(&schedule, false, false, recorded.clone(), now()),
+            recorded
+        );
+        let after = next_run(&schedule, false, true, recorded, now()).unwrap();
+        assert_eq!(Some(after.clone()), schedule.next_after(now()).map(t));
+        assert_eq!(next_run(&schedule, false, false, None, now()), Some(after));
+    }
+
+    #[test]
+    fn the_status_records_the_run() {
+        let hc = ecc_check();
+        let schedule = Schedule::parse(&hc.spec.schedule).unwrap();
+        let outcome = Outcome {
+            results: vec![result("a", Verdict::Healthy, 0)],
+            actions: Vec::new(),
+            due: true,
+            act: true,
+        };
+        let status = write_status(&hc, &schedule, outcome, now());
+        assert_eq!(status.observed_generation, hc.metadata.generation);
+        assert_eq!(status.last_run, Some(t(now())));
+        assert_eq!(status.summary.healthy, 1);
+        assert!(conditions::is_true(&status.conditions, conditions::READY));
+    }
+
+    #[test]
+    fn a_node_is_read_with_its_capacity_quarantine_and_maintenance() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"pool": "a"},
+                         "annotations": {labels::MAINTENANCE: "psu"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": labels::GPU_UNHEALTHY_TAINT, "value": "hc", "effect": "NoSchedule"}]},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "0"}}
+        }))
+        .unwrap();
+        let info = NodeInfo::of(&node);
+        assert_eq!(info.name, "n1");
+        assert_eq!(info.gpu_capacity, 8, "capacity, not allocatable");
+        assert!(info.unschedulable && info.maintenance);
+        assert_eq!(info.quarantined_by.as_deref(), Some("hc"));
+        assert_eq!(info.labels["pool"], "a");
+    }
+
+    #[test]
+    fn a_pod_is_read_with_its_controller_mirror_flag_and_phase() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns",
+                         "annotations": {labels::MIRROR_POD: "x"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                              "name": "d", "uid": "u", "controller": true}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let info = PodInfo::of(&pod);
+        assert_eq!(info.key(), "ns/p");
+        assert_eq!(info.owner_kind.as_deref(), Some("DaemonSet"));
+        assert!(info.mirror && !info.terminating);
+        assert_eq!(info.phase, "Running");
+        assert_eq!(PodInfo::of(&Pod::default()).phase, "");
+    }
+
+    #[test]
+    fn a_budget_is_read_with_its_selector_and_allowance() {
+        let pdb: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "b", "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1}
+        }))
+        .unwrap();
+        let info = PdbInfo::of(&pdb);
+        assert_eq!((info.name.as_str(), info.disruptions_allowed), ("b", 1));
+        assert!(info.selector.is_some());
+    }
+
+    #[test]
+    fn only_other_checks_live_remediations_count_elsewhere() {
+        let with = |name: &str, node: &str, phase: StepPhase| {
+            let mut hc = ecc_check();
+            hc.metadata.name = Some(name.to_owned());
+            let mut r = result(node, Verdict::Failed, 1);
+            r.remediation = Some(state(phase, None));
+            hc.status = Some(GryviaHealthCheckStatus {
+                nodes: vec![r],
+                ..GryviaHealthCheckStatus::default()
+            });
+            hc
+        };
+        let checks = [
+            with("hc", "n1", StepPhase::Running),
+            with("other", "n2", StepPhase::Running),
+            with("third", "n3", StepPhase::Failed),
+        ];
+        assert_eq!(
+            remediating_elsewhere(&checks, "hc"),
+            BTreeSet::from(["n2".to_owned()])
+        );
     }
 }

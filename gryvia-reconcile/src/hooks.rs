@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use gryvia_types::conditions::{self, Status};
-use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use gryvia_types::{
     DeliveryState, GryviaAIJob, GryviaJobHook, GryviaJobHookStatus, GryviaWorkflow, HookDelivery,
     HookEvent, HookTracked, JobPhase,
@@ -42,12 +42,37 @@ pub const BATCH: usize = 10;
 /// How often a hook whose signing key is missing looks again.
 pub const SECRET_RECHECK: Duration = Duration::from_secs(30);
 
+/// The kinds a hook watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SubjectKind {
+    /// A GryviaAIJob.
+    GryviaAIJob,
+    /// A GryviaWorkflow (watched with `selector.includeWorkflows`).
+    GryviaWorkflow,
+}
+
+impl SubjectKind {
+    /// The Kubernetes kind, as deliveries name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubjectKind::GryviaAIJob => "GryviaAIJob",
+            SubjectKind::GryviaWorkflow => "GryviaWorkflow",
+        }
+    }
+}
+
+impl std::fmt::Display for SubjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A job or workflow as the hook sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Subject {
     /// `GryviaAIJob` or `GryviaWorkflow`.
-    pub kind: String,
+    pub kind: SubjectKind,
     /// Name.
     pub name: String,
     /// UID.
@@ -77,7 +102,7 @@ impl Subject {
     pub fn of_job(job: &GryviaAIJob) -> Self {
         let status = job.status.clone().unwrap_or_default();
         Subject {
-            kind: "GryviaAIJob".to_owned(),
+            kind: SubjectKind::GryviaAIJob,
             name: job.metadata.name.clone().unwrap_or_default(),
             uid: job.metadata.uid.clone().unwrap_or_default(),
             labels: job.metadata.labels.clone().unwrap_or_default(),
@@ -95,7 +120,7 @@ impl Subject {
         let status = workflow.status.clone().unwrap_or_default();
         let finished = status.phase.is_some_and(JobPhase::is_finished);
         Subject {
-            kind: "GryviaWorkflow".to_owned(),
+            kind: SubjectKind::GryviaWorkflow,
             name: workflow.metadata.name.clone().unwrap_or_default(),
             uid: workflow.metadata.uid.clone().unwrap_or_default(),
             labels: workflow.metadata.labels.clone().unwrap_or_default(),
@@ -147,7 +172,10 @@ pub struct HookWorld {
 /// Whether the hook watches `s`.
 pub fn selects(hook: &GryviaJobHook, s: &Subject) -> bool {
     let sel = &hook.spec.selector;
-    let kind_ok = s.kind == "GryviaAIJob" || (sel.include_workflows && s.kind == "GryviaWorkflow");
+    let kind_ok = match s.kind {
+        SubjectKind::GryviaAIJob => true,
+        SubjectKind::GryviaWorkflow => sel.include_workflows,
+    };
     kind_ok
         && (sel.names.is_empty() || sel.names.contains(&s.name))
         && sel
@@ -238,6 +266,216 @@ pub fn body(hook: &GryviaJobHook, d: &HookDelivery) -> serde_json::Value {
 #[derive(Clone, Debug, Default)]
 pub struct HookReconciler;
 
+/// An event raised for a subject: which, the retry number, when it happened.
+type Raised = (HookEvent, Option<i32>, Option<Timestamp>);
+
+/// The events `s` raised since the hook's record `rec` of it, and the record brought up to
+/// date: started, every retry, then succeeded or failed.
+fn raise(s: &Subject, rec: &mut HookTracked) -> Vec<Raised> {
+    let mut raised = Vec::new();
+    if !rec.started && s.start_time.is_some() {
+        rec.started = true;
+        raised.push((HookEvent::Started, None, s.start_time));
+    }
+    for n in rec.retries + 1..=s.retries {
+        raised.push((HookEvent::Retried, Some(n), None));
+    }
+    rec.retries = rec.retries.max(s.retries);
+    if !rec.finished && s.finished() {
+        rec.finished = true;
+        let event = if s.phase == Some(JobPhase::Succeeded) {
+            HookEvent::Succeeded
+        } else {
+            HookEvent::Failed
+        };
+        raised.push((event, None, s.completion_time));
+    }
+    raised
+}
+
+/// A new pending delivery of `event` about `s`, with an id stable across reconciles.
+fn delivery(hook_uid: &str, s: &Subject, (event, retry, time): Raised) -> HookDelivery {
+    HookDelivery {
+        id: format!("{hook_uid}.{}.{}", s.uid, event_slug(event, retry)),
+        kind: s.kind.as_str().to_owned(),
+        name: s.name.clone(),
+        uid: s.uid.clone(),
+        event,
+        retry,
+        time: time.map(Time),
+        attempts: 0,
+        last_attempt: None,
+        response_code: None,
+        error: None,
+        state: DeliveryState::Pending,
+    }
+}
+
+/// Where the hook's records stand in time: when it was created, up to when every finished
+/// object was handled, and the new `handledUntil`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Horizon {
+    created: Timestamp,
+    handled_until: Timestamp,
+    next_handled: Timestamp,
+}
+
+impl Horizon {
+    fn of(hook: &GryviaJobHook, now: Timestamp) -> Self {
+        let created = hook
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| t.0);
+        let handled_until = hook
+            .status
+            .as_ref()
+            .and_then(|s| s.handled_until.as_ref())
+            .map_or(created, |t| t.0);
+        Horizon {
+            created,
+            handled_until,
+            next_handled: handled_until.max(minus(now, HANDLED_LAG)),
+        }
+    }
+}
+
+/// Raises the events of every watched object into `status.deliveries` and keeps the records
+/// still needed in `status.tracked`; returns when the earliest record can be dropped.
+fn track_subjects(
+    hook: &GryviaJobHook,
+    world: &HookWorld,
+    status: &mut GryviaJobHookStatus,
+    horizon: Horizon,
+) -> Option<Timestamp> {
+    let hook_uid = hook.metadata.uid.clone().unwrap_or_default();
+    let wanted: BTreeSet<HookEvent> = hook.spec.events.iter().copied().collect();
+    let mut seen: BTreeMap<String, HookTracked> = status
+        .tracked
+        .drain(..)
+        .map(|t| (t.uid.clone(), t))
+        .collect();
+    let mut subjects: Vec<&Subject> = world.subjects.iter().filter(|s| selects(hook, s)).collect();
+    subjects.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    let mut prune_at: Option<Timestamp> = None;
+    for s in subjects {
+        let mut rec = seen
+            .remove(&s.uid)
+            .unwrap_or_else(|| first_sight(s, horizon.created, horizon.handled_until));
+        for raised in raise(s, &mut rec) {
+            if wanted.contains(&raised.0) {
+                status.deliveries.push(delivery(&hook_uid, s, raised));
+            }
+        }
+        // A finished object needs no record once every later reconcile treats it as handled
+        // (it finished at or before `handledUntil`).
+        match s.completion_time {
+            Some(t) if rec.finished && t <= horizon.next_handled => {}
+            Some(t) if rec.finished => {
+                let at = plus(t, HANDLED_LAG);
+                prune_at = Some(prune_at.map_or(at, |p| p.min(at)));
+                status.tracked.push(rec);
+            }
+            _ => status.tracked.push(rec),
+        }
+    }
+    prune_at
+}
+
+/// Keeps every pending delivery and the newest [`KEPT_DELIVERIES`] finished ones.
+fn prune_deliveries(deliveries: &mut Vec<HookDelivery>) {
+    let done = deliveries
+        .iter()
+        .filter(|d| d.state != DeliveryState::Pending)
+        .count();
+    let mut drop = done.saturating_sub(KEPT_DELIVERIES);
+    deliveries.retain(|d| {
+        if drop > 0 && d.state != DeliveryState::Pending {
+            drop -= 1;
+            return false;
+        }
+        true
+    });
+}
+
+/// The Ready condition: whether the signing key can be read.
+fn ready(hook: &GryviaJobHook, secret: &SecretState, now: Timestamp) -> Condition {
+    let namespace = hook.metadata.namespace.clone().unwrap_or_default();
+    let generation = hook.metadata.generation;
+    let key = &hook.spec.secret_ref;
+    let (status, reason, message) = match secret {
+        SecretState::Present => (
+            Status::True,
+            "Watching",
+            "signing key found; deliveries are sent".to_owned(),
+        ),
+        SecretState::NoKey => (
+            Status::False,
+            "SecretMissing",
+            format!(
+                "secret {}/{} has no key {:?}: deliveries wait until it has",
+                namespace, key.name, key.key
+            ),
+        ),
+        SecretState::Missing => (
+            Status::False,
+            "SecretMissing",
+            format!(
+                "secret {}/{} does not exist: deliveries wait until it does",
+                namespace, key.name
+            ),
+        ),
+    };
+    conditions::new(conditions::READY, status, reason, message, generation, now)
+}
+
+/// The notification of one delivery attempt.
+fn notification(hook: &GryviaJobHook, d: &HookDelivery) -> Notification {
+    let namespace = hook.metadata.namespace.clone().unwrap_or_default();
+    Notification {
+        id: d.id.clone(),
+        url: hook.spec.url.clone(),
+        secret: Some((
+            namespace,
+            hook.spec.secret_ref.name.clone(),
+            hook.spec.secret_ref.key.clone(),
+        )),
+        body: body(hook, d),
+        timeout_ms: u64::try_from(hook.spec.timeout_seconds)
+            .ok()
+            .map(|s| s * 1000),
+    }
+}
+
+/// Sends the due pending deliveries (at most [`BATCH`]) when the key can be read, and asks to
+/// be woken for the rest.
+fn send_due(
+    plan: &mut Plan<GryviaJobHookStatus>,
+    hook: &GryviaJobHook,
+    deliveries: &[HookDelivery],
+    can_send: bool,
+    now: Timestamp,
+) {
+    let mut sent = 0;
+    for d in deliveries
+        .iter()
+        .filter(|d| d.state == DeliveryState::Pending)
+    {
+        let due = due_at(d);
+        if !can_send {
+            plan.requeue(SECRET_RECHECK);
+        } else if due.is_none_or(|t| t <= now) && sent < BATCH {
+            sent += 1;
+            plan.notifications.push(notification(hook, d));
+        } else {
+            let wait = due.map_or(Duration::from_secs(1), |t| {
+                Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
+            });
+            plan.requeue(wait.max(Duration::from_secs(1)));
+        }
+    }
+}
+
 impl crate::Reconcile for HookReconciler {
     type Object = GryviaJobHook;
     type World = HookWorld;
@@ -256,158 +494,13 @@ impl crate::Reconcile for HookReconciler {
         let mut plan = Plan::new();
         let current = hook.status.clone().unwrap_or_default();
         let mut status = current.clone();
-        let created = hook
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(now, |t| t.0);
-        let handled_until = status.handled_until.as_ref().map_or(created, |t| t.0);
-        let next_handled = handled_until.max(minus(now, HANDLED_LAG));
-        let hook_uid = hook.metadata.uid.clone().unwrap_or_default();
-        let wanted: BTreeSet<HookEvent> = hook.spec.events.iter().copied().collect();
-
-        // Raise the events of every watched object.
-        let mut seen: BTreeMap<String, HookTracked> = status
-            .tracked
-            .drain(..)
-            .map(|t| (t.uid.clone(), t))
-            .collect();
-        let mut subjects: Vec<&Subject> =
-            world.subjects.iter().filter(|s| selects(hook, s)).collect();
-        subjects.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
-        let mut prune_at: Option<Timestamp> = None;
-        for s in subjects {
-            let mut rec = seen
-                .remove(&s.uid)
-                .unwrap_or_else(|| first_sight(s, created, handled_until));
-            let mut raised: Vec<(HookEvent, Option<i32>, Option<Timestamp>)> = Vec::new();
-            if !rec.started && s.start_time.is_some() {
-                rec.started = true;
-                raised.push((HookEvent::Started, None, s.start_time));
-            }
-            for n in rec.retries + 1..=s.retries {
-                raised.push((HookEvent::Retried, Some(n), None));
-            }
-            rec.retries = rec.retries.max(s.retries);
-            if !rec.finished && s.finished() {
-                rec.finished = true;
-                let event = if s.phase == Some(JobPhase::Succeeded) {
-                    HookEvent::Succeeded
-                } else {
-                    HookEvent::Failed
-                };
-                raised.push((event, None, s.completion_time));
-            }
-            for (event, retry, time) in raised {
-                if !wanted.contains(&event) {
-                    continue;
-                }
-                status.deliveries.push(HookDelivery {
-                    id: format!("{hook_uid}.{}.{}", s.uid, event_slug(event, retry)),
-                    kind: s.kind.clone(),
-                    name: s.name.clone(),
-                    uid: s.uid.clone(),
-                    event,
-                    retry,
-                    time: time.map(Time),
-                    attempts: 0,
-                    last_attempt: None,
-                    response_code: None,
-                    error: None,
-                    state: DeliveryState::Pending,
-                });
-            }
-            // A finished object needs no record once every later reconcile treats it as
-            // handled (it finished at or before `handledUntil`).
-            match s.completion_time {
-                Some(t) if rec.finished && t <= next_handled => {}
-                Some(t) if rec.finished => {
-                    let at = plus(t, HANDLED_LAG);
-                    prune_at = Some(prune_at.map_or(at, |p| p.min(at)));
-                    status.tracked.push(rec);
-                }
-                _ => status.tracked.push(rec),
-            }
-        }
-        status.handled_until = Some(Time(next_handled));
-
-        // Keep every pending delivery and the newest finished ones.
-        let done = status
-            .deliveries
-            .iter()
-            .filter(|d| d.state != DeliveryState::Pending)
-            .count();
-        let mut drop = done.saturating_sub(KEPT_DELIVERIES);
-        status.deliveries.retain(|d| {
-            if drop > 0 && d.state != DeliveryState::Pending {
-                drop -= 1;
-                return false;
-            }
-            true
-        });
-
-        // Send what is due, when the key can be read.
-        let namespace = hook.metadata.namespace.clone().unwrap_or_default();
-        let ready = match world.secret {
-            SecretState::Present => conditions::new(
-                conditions::READY,
-                Status::True,
-                "Watching",
-                "signing key found; deliveries are sent",
-                hook.metadata.generation,
-                now,
-            ),
-            ref missing => conditions::new(
-                conditions::READY,
-                Status::False,
-                "SecretMissing",
-                match missing {
-                    SecretState::NoKey => format!(
-                        "secret {}/{} has no key {:?}: deliveries wait until it has",
-                        namespace, hook.spec.secret_ref.name, hook.spec.secret_ref.key
-                    ),
-                    _ => format!(
-                        "secret {}/{} does not exist: deliveries wait until it does",
-                        namespace, hook.spec.secret_ref.name
-                    ),
-                },
-                hook.metadata.generation,
-                now,
-            ),
-        };
+        let horizon = Horizon::of(hook, now);
+        let prune_at = track_subjects(hook, world, &mut status, horizon);
+        status.handled_until = Some(Time(horizon.next_handled));
+        prune_deliveries(&mut status.deliveries);
+        conditions::set(&mut status.conditions, ready(hook, &world.secret, now));
         let can_send = world.secret == SecretState::Present;
-        conditions::set(&mut status.conditions, ready);
-        let mut sent = 0;
-        for d in status
-            .deliveries
-            .iter()
-            .filter(|d| d.state == DeliveryState::Pending)
-        {
-            let due = due_at(d);
-            if !can_send {
-                plan.requeue(SECRET_RECHECK);
-            } else if due.is_none_or(|t| t <= now) && sent < BATCH {
-                sent += 1;
-                plan.notifications.push(Notification {
-                    id: d.id.clone(),
-                    url: hook.spec.url.clone(),
-                    secret: Some((
-                        namespace.clone(),
-                        hook.spec.secret_ref.name.clone(),
-                        hook.spec.secret_ref.key.clone(),
-                    )),
-                    body: body(hook, d),
-                    timeout_ms: u64::try_from(hook.spec.timeout_seconds)
-                        .ok()
-                        .map(|s| s * 1000),
-                });
-            } else {
-                let wait = due.map_or(Duration::from_secs(1), |t| {
-                    Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
-                });
-                plan.requeue(wait.max(Duration::from_secs(1)));
-            }
-        }
+        send_due(&mut plan, hook, &status.deliveries, can_send, now);
         if let Some(at) = prune_at {
             let wait = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
             plan.requeue(wait.max(Duration::from_secs(1)));
@@ -513,7 +606,7 @@ mod tests {
 
     fn job(name: &str, created: &str) -> Subject {
         Subject {
-            kind: "GryviaAIJob".to_owned(),
+            kind: SubjectKind::GryviaAIJob,
             name: name.to_owned(),
             uid: format!("{name}-uid"),
             labels: [("team".to_owned(), "a".to_owned())].into(),
@@ -668,7 +761,7 @@ mod tests {
         other.uid = "other-uid".into();
         other.labels.insert("team".into(), "b".into());
         let mut wf = a.clone();
-        wf.kind = "GryviaWorkflow".into();
+        wf.kind = SubjectKind::GryviaWorkflow;
         wf.uid = "wf-uid".into();
         let plan = step(
             &mut h,
@@ -873,5 +966,147 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_secs(10));
         assert_eq!(backoff(4), Duration::from_secs(40));
         assert_eq!(backoff(20), MAX_RETRY);
+    }
+
+    fn tracked(uid: &str) -> HookTracked {
+        HookTracked {
+            uid: uid.to_owned(),
+            started: false,
+            retries: 0,
+            finished: false,
+        }
+    }
+
+    fn pending(id: &str) -> HookDelivery {
+        let s = job("a", "2026-01-01T10:01:00Z");
+        let mut d = delivery("h", &s, (HookEvent::Started, None, None));
+        d.id = id.to_owned();
+        d
+    }
+
+    #[test]
+    fn a_subject_kind_is_named_as_kubernetes_names_it() {
+        assert_eq!(SubjectKind::GryviaAIJob.as_str(), "GryviaAIJob");
+        assert_eq!(SubjectKind::GryviaWorkflow.to_string(), "GryviaWorkflow");
+        assert_eq!(
+            serde_json::to_value(SubjectKind::GryviaWorkflow).unwrap(),
+            "GryviaWorkflow"
+        );
+    }
+
+    #[test]
+    fn a_subject_raises_start_each_retry_and_its_end_once() {
+        let mut s = job("a", "2026-01-01T10:01:00Z");
+        s.start_time = Some(ts("2026-01-01T10:02:00Z"));
+        s.retries = 2;
+        s.phase = Some(JobPhase::Succeeded);
+        s.completion_time = Some(ts("2026-01-01T10:03:00Z"));
+        let mut rec = tracked("a-uid");
+        let events: Vec<(HookEvent, Option<i32>)> = raise(&s, &mut rec)
+            .into_iter()
+            .map(|r| (r.0, r.1))
+            .collect();
+        assert_eq!(
+            events,
+            vec![
+                (HookEvent::Started, None),
+                (HookEvent::Retried, Some(1)),
+                (HookEvent::Retried, Some(2)),
+                (HookEvent::Succeeded, None)
+            ]
+        );
+        assert!(raise(&s, &mut rec).is_empty(), "raised once");
+    }
+
+    #[test]
+    fn a_delivery_id_names_the_hook_the_object_and_the_event() {
+        let s = job("a", "2026-01-01T10:01:00Z");
+        let d = delivery("h", &s, (HookEvent::Retried, Some(2), None));
+        assert_eq!(d.id, "h.a-uid.retried-2");
+        assert_eq!(
+            (d.kind.as_str(), d.state),
+            ("GryviaAIJob", DeliveryState::Pending)
+        );
+    }
+
+    #[test]
+    fn the_horizon_starts_at_the_hooks_creation_and_trails_the_clock() {
+        let h = hook(&ALL);
+        let now = ts("2026-01-01T11:00:00Z");
+        let horizon = Horizon::of(&h, now);
+        assert_eq!(horizon.created, ts("2026-01-01T10:00:00Z"));
+        assert_eq!(horizon.handled_until, horizon.created);
+        assert_eq!(horizon.next_handled, ts("2026-01-01T10:55:00Z"));
+    }
+
+    #[test]
+    fn tracking_raises_deliveries_for_wanted_events_only() {
+        let h = hook(&[HookEvent::Started]);
+        let mut s = job("a", "2026-01-01T10:01:00Z");
+        s.start_time = Some(ts("2026-01-01T10:02:00Z"));
+        s.retries = 1;
+        let mut status = GryviaJobHookStatus::default();
+        let horizon = Horizon::of(&h, ts("2026-01-01T10:03:00Z"));
+        let prune = track_subjects(&h, &world(vec![s]), &mut status, horizon);
+        assert_eq!(prune, None);
+        assert_eq!(status.deliveries.len(), 1);
+        assert_eq!(status.tracked.len(), 1);
+    }
+
+    #[test]
+    fn pruning_keeps_pending_deliveries_and_the_newest_finished() {
+        let mut all: Vec<HookDelivery> = (0..KEPT_DELIVERIES + 2)
+            .map(|i| {
+                let mut d = pending(&format!("d{i}"));
+                d.state = DeliveryState::Delivered;
+                d
+            })
+            .collect();
+        all.insert(0, pending("open"));
+        prune_deliveries(&mut all);
+        assert_eq!(all.len(), KEPT_DELIVERIES + 1);
+        assert_eq!(all[0].id, "open");
+        assert_eq!(all[1].id, "d2");
+    }
+
+    #[test]
+    fn ready_says_whether_the_signing_key_can_be_read() {
+        let h = hook(&ALL);
+        let now = ts("2026-01-01T11:00:00Z");
+        assert_eq!(ready(&h, &SecretState::Present, now).status, "True");
+        let no_key = ready(&h, &SecretState::NoKey, now);
+        assert_eq!(no_key.reason, "SecretMissing");
+        assert!(no_key.message.contains("has no key \"secret\""));
+        assert!(
+            ready(&h, &SecretState::Missing, now)
+                .message
+                .contains("does not exist")
+        );
+    }
+
+    #[test]
+    fn a_notification_is_signed_with_the_hooks_key_and_times_out() {
+        let n = notification(&hook(&ALL), &pending("x"));
+        assert_eq!(n.id, "x");
+        assert_eq!(
+            n.secret,
+            Some(("ml".into(), "hook-key".into(), "secret".into()))
+        );
+        assert_eq!(n.timeout_ms, Some(3000));
+    }
+
+    #[test]
+    fn due_deliveries_are_sent_in_batches_and_wait_without_the_key() {
+        let h = hook(&ALL);
+        let now = ts("2026-01-01T11:00:00Z");
+        let many: Vec<HookDelivery> = (0..BATCH + 1).map(|i| pending(&format!("d{i}"))).collect();
+        let mut plan = Plan::new();
+        send_due(&mut plan, &h, &many, true, now);
+        assert_eq!(plan.notifications.len(), BATCH);
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(1)));
+        let mut plan = Plan::new();
+        send_due(&mut plan, &h, &many, false, now);
+        assert!(plan.notifications.is_empty());
+        assert_eq!(plan.requeue_after(), Some(SECRET_RECHECK));
     }
 }

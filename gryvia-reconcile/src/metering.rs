@@ -27,10 +27,12 @@ use gryvia_types::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{Child, Plan, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::{Child, Plan, Timestamp, facts};
 
 /// The finalizer that closes a deleted job's open record.
-pub const FINALIZER: &str = "gryvia.io/metering";
+pub const FINALIZER: &str = gryvia_types::labels::METERING_FINALIZER;
 /// How often an open record's GPU-seconds and cost are brought up to date.
 pub const REFRESH: Duration = Duration::from_secs(60);
 
@@ -72,6 +74,25 @@ pub struct MeteringWorld {
     /// The GPU product of the node the job's first worker ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_product: Option<String>,
+}
+
+/// The GPU product a job without `spec.gpuType` ran on: that of the node of its first worker
+/// (by pod name) bound to one; `None` for a job with a `gpuType` (which names the product),
+/// before any worker has a node, or when that node is gone or has no product label.
+pub fn node_product(job: &GryviaAIJob, pods: &[Pod], nodes: &[Node]) -> Option<String> {
+    if job.spec.gpu_type.is_some() {
+        return None;
+    }
+    let node = pods
+        .iter()
+        .filter(|p| facts::node_of(p).is_some())
+        .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+        .and_then(facts::node_of)?;
+    nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node))
+        .and_then(facts::gpu_product)
+        .map(str::to_owned)
 }
 
 /// The name of a job's usage record.
@@ -144,9 +165,11 @@ pub fn usage_record(
     })
 }
 
-fn child(record: &GryviaUsageRecord) -> Option<Child> {
-    let value = serde_json::to_value(record).ok()?;
-    Child::from_json(value).ok().map(Child::unowned)
+/// Applies the record (not owned by the job: it outlives it).
+fn apply_record(plan: &mut Plan<GryviaAIJobStatus>, record: Option<GryviaUsageRecord>) {
+    if let Some(r) = record {
+        plan.apply_built(Child::from_custom(&r).map(Child::unowned));
+    }
 }
 
 /// The metering policy over GryviaAIJobs.
@@ -169,9 +192,7 @@ impl crate::Reconcile for MeteringReconciler {
         _now: Timestamp,
     ) -> Plan<GryviaAIJobStatus> {
         let mut plan = Plan::new();
-        if let Some(c) = usage_record(job, world, None).as_ref().and_then(child) {
-            plan.apply_child(c);
-        }
+        apply_record(&mut plan, usage_record(job, world, None));
         plan
     }
 
@@ -191,9 +212,7 @@ impl crate::Reconcile for MeteringReconciler {
             .deletion_timestamp
             .as_ref()
             .map_or(now, |t| t.0);
-        if let Some(c) = usage_record(job, world, Some(end)).as_ref().and_then(child) {
-            plan.apply_child(c);
-        }
+        apply_record(&mut plan, usage_record(job, world, Some(end)));
         plan
     }
 }
@@ -417,5 +436,33 @@ mod tests {
         r.spec.sku = "NVIDIA-B200".into();
         let st = price(&r, sku_of(&r, &skus()), ts("2026-01-02T00:00:00Z"));
         assert_eq!((st.gpu_seconds, st.cost, st.currency), (7, None, None));
+    }
+
+    #[test]
+    fn the_product_is_that_of_the_first_bound_worker_by_name() {
+        let pod = |name: &str, node: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name}, "spec": {"nodeName": node, "containers": []}}))
+            .unwrap()
+        };
+        let nodes: Vec<Node> = serde_json::from_value(serde_json::json!([
+            {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "H100"}}},
+            {"metadata": {"name": "n2", "labels": {"nvidia.com/gpu.product": "A100"}}}
+        ]))
+        .unwrap();
+        let pods = vec![
+            pod("w-2", Some("n1")),
+            pod("w-0", None),
+            pod("w-1", Some("n2")),
+        ];
+        let mut job = gryvia_types::testing::ai_job("ns", "w", "img");
+        assert_eq!(node_product(&job, &pods, &nodes).as_deref(), Some("A100"));
+        assert_eq!(
+            node_product(&job, &pods[..2], &nodes).as_deref(),
+            Some("H100")
+        );
+        assert_eq!(node_product(&job, &pods[1..2], &nodes), None);
+        job.spec.gpu_type = Some("H100".into());
+        assert_eq!(node_product(&job, &pods, &nodes), None);
     }
 }

@@ -143,6 +143,41 @@ impl Child {
     }
 }
 
+impl Child {
+    /// Builds a child from a Gryvia custom resource (a `kube::CustomResource`, which
+    /// serializes its own `apiVersion` and `kind`).
+    ///
+    /// # Errors
+    /// [`Error::Unnamed`] when the object has no name, [`Error::Serialize`] when it does not
+    /// serialize.
+    pub fn from_custom<K>(resource: &K) -> Result<Self>
+    where
+        K: gryvia_types::core::Resource<DynamicType = ()> + Serialize,
+    {
+        let kind = K::kind(&()).into_owned();
+        let meta = resource.meta();
+        let name = meta
+            .name
+            .clone()
+            .ok_or_else(|| Error::Unnamed(kind.clone()))?;
+        let object = serde_json::to_value(resource).map_err(|source| Error::Serialize {
+            kind: kind.clone(),
+            name: name.clone(),
+            source,
+        })?;
+        Ok(Child {
+            object_ref: ObjectRef {
+                api_version: K::api_version(&()).into_owned(),
+                kind,
+                namespace: meta.namespace.clone(),
+                name,
+            },
+            object,
+            owned: true,
+        })
+    }
+}
+
 /// Effect of a taint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum TaintEffect {
@@ -313,6 +348,10 @@ impl Delivery {
     }
 }
 
+/// Reason of the Warning Event a Plan records for a child it could not build
+/// ([`Plan::apply_built`]).
+pub const CHILD_NOT_BUILT: &str = "RenderFailed";
+
 /// What a reconcile decided. `S` is the status type of the reconciled object.
 ///
 /// An empty Plan ([`Plan::is_noop`]) means "nothing to do"; the executor then makes no API
@@ -395,6 +434,20 @@ impl<S> Plan<S> {
     pub fn apply_child(&mut self, child: Child) -> &mut Self {
         self.apply.push(child);
         self
+    }
+
+    /// Adds a child that was built from a typed object, or, when it could not be built, a
+    /// Warning Event [`CHILD_NOT_BUILT`] that says which and why.
+    ///
+    /// # Guarantees
+    /// This is the one failure policy of every reconcile's children: a child that cannot be
+    /// built is never dropped silently and never panics; the rest of the Plan stands, and the
+    /// Event tells the object's owner.
+    pub fn apply_built(&mut self, child: Result<Child>) -> &mut Self {
+        match child {
+            Ok(c) => self.apply_child(c),
+            Err(e) => self.event(EventType::Warning, CHILD_NOT_BUILT, e.to_string()),
+        }
     }
 
     /// Adds an Event about the reconciled object.
@@ -581,9 +634,35 @@ mod tests {
     }
 
     #[test]
+    fn a_custom_resource_child_carries_its_group_version_and_kind() {
+        let job = gryvia_types::testing::ai_job("ns", "train", "img");
+        let child = Child::from_custom(&job).unwrap();
+        assert_eq!(
+            child.object_ref,
+            ObjectRef::namespaced("gryvia.io/v1alpha1", "GryviaAIJob", "ns", "train")
+        );
+        assert_eq!(child.object["kind"], "GryviaAIJob");
+        let mut unnamed = job;
+        unnamed.metadata.name = None;
+        assert!(Child::from_custom(&unnamed).is_err());
+    }
+
+    #[test]
     fn an_unnamed_child_is_an_error() {
         let err = Child::from_resource(&Namespace::default()).unwrap_err();
         assert!(err.to_string().contains("Namespace"), "{err}");
+    }
+
+    #[test]
+    fn a_child_that_cannot_be_built_becomes_a_warning_event() {
+        let mut plan: Plan<()> = Plan::new();
+        plan.apply_built(Child::from_resource(&Namespace::default()));
+        plan.apply_built(Ok(ns("a")));
+        assert_eq!(plan.apply.len(), 1);
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].type_, EventType::Warning);
+        assert_eq!(plan.events[0].reason, CHILD_NOT_BUILT);
+        assert!(plan.events[0].message.contains("Namespace"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
-use crate::{EventType, NodeOp, Plan, Taint, TaintEffect, Timestamp};
+use crate::{EventType, NodeOp, Plan, Taint, TaintEffect, Timestamp, facts};
 
 /// How often an active reservation is re-read to account idle GPU time.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -50,9 +50,42 @@ pub enum Window {
     Over,
 }
 
-fn parse_time(field: &str, text: &str) -> Result<Timestamp, String> {
-    text.parse::<Timestamp>()
-        .map_err(|e| format!("{field}: {text:?} is not an RFC 3339 time: {e}"))
+/// Why a reservation's schedule cannot be read; the message names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// `spec.schedule.startTime` or `endTime` is not a time.
+    #[error("{field}: {text:?} is not an RFC 3339 time: {reason}")]
+    Time {
+        /// The field.
+        field: &'static str,
+        /// Its text.
+        text: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// `spec.schedule.recurrence.timeZone` names no IANA time zone.
+    #[error("spec.schedule.recurrence.timeZone: {0:?} is not an IANA time zone")]
+    TimeZone(String),
+    /// `spec.schedule.recurrence.startTime` is not `HH:MM`.
+    #[error("spec.schedule.recurrence.startTime: {0:?} is not HH:MM")]
+    StartTime(String),
+    /// No day of the recurrence opens a window within a week.
+    #[error("spec.schedule.recurrence: no window opens within a week")]
+    NoWindow,
+    /// An immediate reservation has no `spec.schedule.endTime`.
+    #[error("spec.schedule.endTime: required for an immediate reservation")]
+    NoEndTime,
+    /// A recurring reservation has no `spec.schedule.recurrence`.
+    #[error("spec.schedule.recurrence: required for a recurring reservation")]
+    NoRecurrence,
+}
+
+fn parse_time(field: &'static str, text: &str) -> Result<Timestamp, ScheduleError> {
+    text.parse::<Timestamp>().map_err(|e| ScheduleError::Time {
+        field,
+        text: text.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 fn civil_weekday(d: Weekday) -> CivilWeekday {
@@ -68,23 +101,17 @@ fn civil_weekday(d: Weekday) -> CivilWeekday {
 }
 
 /// The recurring windows around `now`: the one that contains it, or the next to open.
-fn recurring(r: &Recurrence, now: Timestamp) -> Result<(Timestamp, Timestamp, bool), String> {
-    let tz = TimeZone::get(&r.time_zone).map_err(|_| {
-        format!(
-            "spec.schedule.recurrence.timeZone: {:?} is not an IANA time zone",
-            r.time_zone
-        )
-    })?;
+fn recurring(
+    r: &Recurrence,
+    now: Timestamp,
+) -> Result<(Timestamp, Timestamp, bool), ScheduleError> {
+    let tz =
+        TimeZone::get(&r.time_zone).map_err(|_| ScheduleError::TimeZone(r.time_zone.clone()))?;
     let (h, m) = r
         .start_time
         .split_once(':')
         .and_then(|(h, m)| Some((h.parse::<i8>().ok()?, m.parse::<i8>().ok()?)))
-        .ok_or_else(|| {
-            format!(
-                "spec.schedule.recurrence.startTime: {:?} is not HH:MM",
-                r.start_time
-            )
-        })?;
+        .ok_or_else(|| ScheduleError::StartTime(r.start_time.clone()))?;
     let days: Vec<CivilWeekday> = r.days_of_week.iter().map(|d| civil_weekday(*d)).collect();
     let length = jiff::SignedDuration::from_mins(i64::from(r.duration_minutes));
     let today = now.to_zoned(tz.clone()).date();
@@ -112,14 +139,15 @@ fn recurring(r: &Recurrence, now: Timestamp) -> Result<(Timestamp, Timestamp, bo
         }
     }
     next.map(|(s, e)| (s, e, false))
-        .ok_or_else(|| "spec.schedule.recurrence: no window opens within a week".to_owned())
+        .ok_or(ScheduleError::NoWindow)
 }
 
 /// Where the schedule of `reservation` stands at `now`.
 ///
 /// # Errors
-/// A message naming the field when a time or the time zone cannot be read.
-pub fn window(reservation: &GryviaReservation, now: Timestamp) -> Result<Window, String> {
+/// A [`ScheduleError`] naming the field when a time or the time zone cannot be read, or a
+/// field the schedule's type needs is missing.
+pub fn window(reservation: &GryviaReservation, now: Timestamp) -> Result<Window, ScheduleError> {
     let s = &reservation.spec.schedule;
     let lower = s
         .start_time
@@ -145,8 +173,7 @@ pub fn window(reservation: &GryviaReservation, now: Timestamp) -> Result<Window,
                         .map(|t| t.0)
                 })
                 .unwrap_or(now);
-            let end =
-                upper.ok_or("spec.schedule.endTime: required for an immediate reservation")?;
+            let end = upper.ok_or(ScheduleError::NoEndTime)?;
             Ok(if now < start {
                 Window::Next { start, end }
             } else {
@@ -154,10 +181,7 @@ pub fn window(reservation: &GryviaReservation, now: Timestamp) -> Result<Window,
             })
         }
         ScheduleType::Recurring => {
-            let r = s
-                .recurrence
-                .as_ref()
-                .ok_or("spec.schedule.recurrence: required for a recurring reservation")?;
+            let r = s.recurrence.as_ref().ok_or(ScheduleError::NoRecurrence)?;
             // Before the lower bound, look from there.
             let from = lower.map_or(now, |l| l.max(now));
             let (mut start, mut end, open) = recurring(r, from)?;
@@ -215,19 +239,13 @@ impl ReservationWorld {
             .iter()
             .map(|n| {
                 let name = n.metadata.name.clone().unwrap_or_default();
-                let label = |k: &str| n.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
-                let spec = n.spec.clone().unwrap_or_default();
                 CandidateNode {
                     gpus_in_use: in_use.get(&name).copied().unwrap_or(0),
-                    product: label(labels::NVIDIA_GPU_PRODUCT),
+                    product: facts::gpu_product(n).map(str::to_owned),
                     gpus: crate::tenancy::node_gpus(n),
-                    reserved_by: label(labels::RESERVED_TAINT),
-                    unschedulable: spec.unschedulable.unwrap_or(false),
-                    quarantined: spec
-                        .taints
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|t| t.key == labels::GPU_UNHEALTHY_TAINT),
+                    reserved_by: facts::reserved_by(n),
+                    unschedulable: facts::cordoned(n),
+                    quarantined: facts::quarantined_by(n).is_some(),
                     name,
                 }
             })
@@ -357,141 +375,374 @@ impl crate::Reconcile for ReservationReconciler {
         let generation = r.metadata.generation;
         let current = r.status.clone().unwrap_or_default();
         let mut status = current.clone();
-        let held_now: Vec<&CandidateNode> = world
-            .nodes
-            .iter()
-            .filter(|n| n.reserved_by.as_deref() == Some(name.as_str()))
-            .collect();
-
-        // Idle GPU time since the last sample, on the nodes held then (and still held).
-        if let Some(sampled) = current.idle_sampled_at.as_ref().map(|t| t.0)
-            && matches!(
-                current.phase,
-                Some(ReservationPhase::Active | ReservationPhase::Partial)
-            )
-        {
-            let secs = (now - sampled).get_seconds().max(0);
-            let idle: i64 = held_now
-                .iter()
-                .filter(|n| current.reserved_nodes.contains(&n.name))
-                .map(|n| i64::from((n.gpus - n.gpus_in_use).max(0)))
-                .sum();
-            status.idle_gpu_seconds = status.idle_gpu_seconds.saturating_add(idle * secs);
-        }
-
+        let held_now = held_by(world, &name);
+        status.idle_gpu_seconds = status
+            .idle_gpu_seconds
+            .saturating_add(idle_gpu_seconds(&current, &held_now, now));
         let win = match window(r, now) {
             Ok(w) => w,
-            Err(msg) => {
+            Err(e) => {
                 for n in &held_now {
                     release(&mut plan, &n.name);
                 }
-                status.reserved_nodes.clear();
-                status.reserved_gpus = 0;
-                status.message = Some(msg.clone());
-                conditions::set(
-                    &mut status.conditions,
-                    conditions::new(
-                        conditions::READY,
-                        Status::False,
-                        conditions::REASON_INVALID_SPEC,
-                        msg,
-                        generation,
-                        now,
-                    ),
-                );
-                status.idle_sampled_at = None;
+                record_invalid(&mut status, e.to_string(), generation, now);
                 plan.set_status_if_changed(r.status.as_ref(), status);
                 return plan;
             }
         };
-        let (phase, desired, message, requeue_at) = match win {
-            Window::Over => (
-                ReservationPhase::Expired,
-                Vec::new(),
-                "the reservation's last window has ended".to_owned(),
-                None,
-            ),
-            Window::Next { start, end } => {
-                status.window_start = Some(Time(start));
-                status.window_end = Some(Time(end));
-                (
-                    ReservationPhase::Pending,
-                    Vec::new(),
-                    format!("the next window opens at {start}"),
-                    Some(start),
-                )
-            }
-            Window::Open { start, end } => {
-                status.window_start = Some(Time(start));
-                status.window_end = Some(Time(end));
-                let res = &r.spec.resources;
-                let chosen = choose_nodes(&name, &res.gpu_type, res.gpu_count, world);
-                let gpus = gpus_on(world, &chosen);
-                if gpus >= res.gpu_count {
-                    (
-                        ReservationPhase::Active,
-                        chosen,
-                        format!("holding {gpus} {} GPUs until {end}", res.gpu_type),
-                        Some(end),
-                    )
-                } else {
-                    (
-                        ReservationPhase::Partial,
-                        chosen,
-                        format!(
-                            "holding {gpus} of {} {} GPUs until {end}: not enough free nodes of that product",
-                            res.gpu_count, res.gpu_type
-                        ),
-                        Some(end),
-                    )
-                }
-            }
-        };
-        for n in &desired {
-            let node = world.nodes.iter().find(|c| &c.name == n);
-            if node.is_none_or(|c| c.reserved_by.as_deref() != Some(name.as_str())) {
-                hold(&mut plan, n, &name);
-            }
+        let decision = decide(r, world, win);
+        if let Window::Open { start, end } | Window::Next { start, end } = win {
+            status.window_start = Some(Time(start));
+            status.window_end = Some(Time(end));
         }
-        for n in &held_now {
-            if !desired.contains(&n.name) {
-                release(&mut plan, &n.name);
-            }
-        }
-        status.reserved_gpus = gpus_on(world, &desired);
-        status.reserved_nodes = desired;
-        status.message = Some(message.clone());
-        if current.phase != Some(phase) {
-            let type_ = if phase == ReservationPhase::Partial {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            plan.event(type_, &format!("{phase:?}"), message.clone());
-        }
-        status.phase = Some(phase);
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                conditions::READY,
-                Status::True,
-                conditions::REASON_RECONCILED,
-                message,
-                generation,
-                now,
-            ),
+        move_nodes(&mut plan, &name, &decision.nodes, world, &held_now);
+        status.reserved_gpus = gpus_on(world, &decision.nodes);
+        status.reserved_nodes = decision.nodes;
+        record_phase(
+            &mut plan,
+            &mut status,
+            current.phase,
+            decision.phase,
+            decision.message,
+            generation,
+            now,
         );
-        if matches!(phase, ReservationPhase::Active | ReservationPhase::Partial) {
-            plan.requeue(RESYNC);
-            status.idle_sampled_at = Some(Time(now));
-        } else {
-            status.idle_sampled_at = None;
-        }
-        if let Some(at) = requeue_at {
+        if let Some(at) = decision.wake_at {
             let wait = (at - now).get_seconds().max(1);
             plan.requeue(Duration::from_secs(u64::try_from(wait).unwrap_or(1)));
         }
         plan.set_status_if_changed(r.status.as_ref(), status);
         plan
+    }
+}
+
+/// The nodes `name` holds (its label on them).
+fn held_by<'a>(world: &'a ReservationWorld, name: &str) -> Vec<&'a CandidateNode> {
+    world
+        .nodes
+        .iter()
+        .filter(|n| n.reserved_by.as_deref() == Some(name))
+        .collect()
+}
+
+/// The reserved GPU time no pod used since the last sample, on the nodes held then and still
+/// held (0 when the reservation was not active).
+fn idle_gpu_seconds(
+    current: &GryviaReservationStatus,
+    held_now: &[&CandidateNode],
+    now: Timestamp,
+) -> i64 {
+    let Some(sampled) = current.idle_sampled_at.as_ref().map(|t| t.0) else {
+        return 0;
+    };
+    if !matches!(
+        current.phase,
+        Some(ReservationPhase::Active | ReservationPhase::Partial)
+    ) {
+        return 0;
+    }
+    let secs = (now - sampled).get_seconds().max(0);
+    let idle: i64 = held_now
+        .iter()
+        .filter(|n| current.reserved_nodes.contains(&n.name))
+        .map(|n| i64::from((n.gpus - n.gpus_in_use).max(0)))
+        .sum();
+    idle * secs
+}
+
+/// Records a schedule that cannot be read: nothing held, Ready=False naming the field.
+fn record_invalid(
+    status: &mut GryviaReservationStatus,
+    msg: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    status.reserved_nodes.clear();
+    status.reserved_gpus = 0;
+    status.message = Some(msg.clone());
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            conditions::READY,
+            Status::False,
+            conditions::REASON_INVALID_SPEC,
+            msg,
+            generation,
+            now,
+        ),
+    );
+    status.idle_sampled_at = None;
+}
+
+/// What a reservation should hold now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Decision {
+    phase: ReservationPhase,
+    /// The nodes to hold, sorted.
+    nodes: Vec<String>,
+    message: String,
+    /// When the window opens or closes.
+    wake_at: Option<Timestamp>,
+}
+
+/// The phase, the nodes to hold and the message for the window `win`.
+fn decide(r: &GryviaReservation, world: &ReservationWorld, win: Window) -> Decision {
+    let name = r.metadata.name.as_deref().unwrap_or_default();
+    match win {
+        Window::Over => Decision {
+            phase: ReservationPhase::Expired,
+            nodes: Vec::new(),
+            message: "the reservation's last window has ended".to_owned(),
+            wake_at: None,
+        },
+        Window::Next { start, .. } => Decision {
+            phase: ReservationPhase::Pending,
+            nodes: Vec::new(),
+            message: format!("the next window opens at {start}"),
+            wake_at: Some(start),
+        },
+        Window::Open { end, .. } => {
+            let res = &r.spec.resources;
+            let nodes = choose_nodes(name, &res.gpu_type, res.gpu_count, world);
+            let gpus = gpus_on(world, &nodes);
+            let (phase, message) = if gpus >= res.gpu_count {
+                (
+                    ReservationPhase::Active,
+                    format!("holding {gpus} {} GPUs until {end}", res.gpu_type),
+                )
+            } else {
+                (
+                    ReservationPhase::Partial,
+                    format!(
+                        "holding {gpus} of {} {} GPUs until {end}: not enough free nodes of that product",
+                        res.gpu_count, res.gpu_type
+                    ),
+                )
+            };
+            Decision {
+                phase,
+                nodes,
+                message,
+                wake_at: Some(end),
+            }
+        }
+    }
+}
+
+/// Holds the `desired` nodes not held yet and releases the held ones no longer desired.
+fn move_nodes(
+    plan: &mut Plan<GryviaReservationStatus>,
+    name: &str,
+    desired: &[String],
+    world: &ReservationWorld,
+    held_now: &[&CandidateNode],
+) {
+    for n in desired {
+        let node = world.nodes.iter().find(|c| &c.name == n);
+        if node.is_none_or(|c| c.reserved_by.as_deref() != Some(name)) {
+            hold(plan, n, name);
+        }
+    }
+    for n in held_now {
+        if !desired.contains(&n.name) {
+            release(plan, &n.name);
+        }
+    }
+}
+
+/// Records the phase (an Event when it changes, a Warning for Partial), the Ready condition,
+/// and the idle-time sampling of an active reservation.
+fn record_phase(
+    plan: &mut Plan<GryviaReservationStatus>,
+    status: &mut GryviaReservationStatus,
+    was: Option<ReservationPhase>,
+    phase: ReservationPhase,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    status.message = Some(message.clone());
+    if was != Some(phase) {
+        let type_ = if phase == ReservationPhase::Partial {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        plan.event(type_, &format!("{phase:?}"), message.clone());
+    }
+    status.phase = Some(phase);
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            conditions::READY,
+            Status::True,
+            conditions::REASON_RECONCILED,
+            message,
+            generation,
+            now,
+        ),
+    );
+    if matches!(phase, ReservationPhase::Active | ReservationPhase::Partial) {
+        plan.requeue(RESYNC);
+        status.idle_sampled_at = Some(Time(now));
+    } else {
+        status.idle_sampled_at = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn node(name: &str, gpus: i32, in_use: i32, reserved_by: Option<&str>) -> CandidateNode {
+        CandidateNode {
+            name: name.to_owned(),
+            product: Some("H100".to_owned()),
+            gpus,
+            gpus_in_use: in_use,
+            reserved_by: reserved_by.map(str::to_owned),
+            ..CandidateNode::default()
+        }
+    }
+
+    fn reservation(gpus: i32) -> GryviaReservation {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation",
+            "metadata": {"name": "r1", "generation": 1},
+            "spec": {"owner": {"type": "team", "name": "ml"},
+                     "resources": {"gpuType": "H100", "gpuCount": gpus},
+                     "schedule": {"type": "immediate", "endTime": "2026-12-03T00:00:00Z"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn schedule_errors_name_their_field() {
+        assert_eq!(
+            ScheduleError::TimeZone("Mars/Olympus".into()).to_string(),
+            "spec.schedule.recurrence.timeZone: \"Mars/Olympus\" is not an IANA time zone"
+        );
+        let e = parse_time("spec.schedule.startTime", "soon").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("spec.schedule.startTime: \"soon\" is not an RFC 3339 time: ")
+        );
+    }
+
+    #[test]
+    fn the_held_nodes_carry_the_reservations_label() {
+        let world = ReservationWorld {
+            nodes: vec![
+                node("a", 8, 0, Some("r1")),
+                node("b", 8, 0, Some("r2")),
+                node("c", 8, 0, None),
+            ],
+        };
+        let held: Vec<&str> = held_by(&world, "r1")
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(held, vec!["a"]);
+    }
+
+    #[test]
+    fn idle_time_accrues_on_nodes_held_since_the_last_sample_while_active() {
+        let mut current = GryviaReservationStatus {
+            phase: Some(ReservationPhase::Active),
+            idle_sampled_at: Some(Time(t("2026-12-02T10:00:00Z"))),
+            reserved_nodes: vec!["a".into()],
+            ..GryviaReservationStatus::default()
+        };
+        let a = node("a", 8, 3, Some("r1"));
+        let b = node("b", 8, 0, Some("r1"));
+        let now = t("2026-12-02T10:00:10Z");
+        assert_eq!(idle_gpu_seconds(&current, &[&a, &b], now), 50);
+        current.phase = Some(ReservationPhase::Pending);
+        assert_eq!(idle_gpu_seconds(&current, &[&a, &b], now), 0);
+    }
+
+    #[test]
+    fn an_unreadable_schedule_holds_nothing_and_says_why() {
+        let mut status = GryviaReservationStatus {
+            reserved_gpus: 8,
+            reserved_nodes: vec!["a".into()],
+            ..GryviaReservationStatus::default()
+        };
+        record_invalid(
+            &mut status,
+            "spec.x: bad".into(),
+            Some(1),
+            t("2026-12-02T10:00:00Z"),
+        );
+        assert!(status.reserved_nodes.is_empty() && status.reserved_gpus == 0);
+        assert_eq!(status.conditions[0].reason, conditions::REASON_INVALID_SPEC);
+    }
+
+    #[test]
+    fn an_open_window_holds_nodes_until_the_count_is_covered_or_is_partial() {
+        let world = ReservationWorld {
+            nodes: vec![node("a", 8, 0, None), node("b", 8, 0, None)],
+        };
+        let open = Window::Open {
+            start: t("2026-12-02T00:00:00Z"),
+            end: t("2026-12-03T00:00:00Z"),
+        };
+        let d = decide(&reservation(16), &world, open);
+        assert_eq!((d.phase, d.nodes.len()), (ReservationPhase::Active, 2));
+        assert_eq!(d.wake_at, Some(t("2026-12-03T00:00:00Z")));
+        assert_eq!(
+            decide(&reservation(24), &world, open).phase,
+            ReservationPhase::Partial
+        );
+        assert_eq!(
+            decide(&reservation(8), &world, Window::Over).phase,
+            ReservationPhase::Expired
+        );
+    }
+
+    #[test]
+    fn moving_holds_new_nodes_and_releases_the_rest() {
+        let world = ReservationWorld {
+            nodes: vec![node("a", 8, 0, Some("r1")), node("b", 8, 0, None)],
+        };
+        let held = held_by(&world, "r1");
+        let mut plan = Plan::new();
+        move_nodes(&mut plan, "r1", &["b".to_owned()], &world, &held);
+        let nodes: Vec<&str> = plan.node_ops.iter().map(NodeOp::node).collect();
+        assert_eq!(nodes, vec!["b", "b", "a", "a"]);
+    }
+
+    #[test]
+    fn a_new_phase_raises_an_event_and_an_active_one_samples_idle_time() {
+        let mut plan = Plan::new();
+        let mut status = GryviaReservationStatus::default();
+        let now = t("2026-12-02T10:00:00Z");
+        record_phase(
+            &mut plan,
+            &mut status,
+            None,
+            ReservationPhase::Partial,
+            "m".into(),
+            None,
+            now,
+        );
+        assert_eq!(plan.events[0].type_, EventType::Warning);
+        assert_eq!(status.idle_sampled_at, Some(Time(now)));
+        let mut plan = Plan::new();
+        let was = status.phase;
+        record_phase(
+            &mut plan,
+            &mut status,
+            was,
+            ReservationPhase::Partial,
+            "m".into(),
+            None,
+            now,
+        );
+        assert!(plan.events.is_empty());
     }
 }

@@ -164,28 +164,36 @@ pub fn resolve_parameters(
     Ok(out)
 }
 
+/// A malformed placeholder, quoted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum PlaceholderError {
+    /// `{{` without `}}`.
+    #[error("unclosed placeholder at {0:?}")]
+    Unclosed(String),
+    /// Not of the form `{{ .name }}`.
+    #[error("placeholder {0:?} must be {{{{ .name }}}}")]
+    NotDotted(String),
+    /// `.` followed by something that cannot be a parameter's name.
+    #[error("placeholder {0:?} does not name a parameter")]
+    NotAName(String),
+}
+
 /// Placeholder names in `text`, in order, or the position of a malformed one.
-fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, String)>, String> {
+fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, String)>, PlaceholderError> {
     let mut out = Vec::new();
     let mut rest = 0;
     while let Some(start) = text[rest..].find("{{").map(|i| i + rest) {
         let Some(end) = text[start..].find("}}").map(|i| i + start) else {
-            return Err(format!("unclosed placeholder at {:?}", &text[start..]));
+            return Err(PlaceholderError::Unclosed(text[start..].to_owned()));
         };
         let inner = text[start + 2..end].trim();
         let Some(name) = inner.strip_prefix('.') else {
-            return Err(format!(
-                "placeholder {:?} must be {{{{ .name }}}}",
-                &text[start..end + 2]
-            ));
+            return Err(PlaceholderError::NotDotted(text[start..end + 2].to_owned()));
         };
         let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(format!(
-                "placeholder {:?} does not name a parameter",
-                &text[start..end + 2]
-            ));
+            return Err(PlaceholderError::NotAName(text[start..end + 2].to_owned()));
         }
         out.push((start..end + 2, name.to_owned()));
         rest = end + 2;
@@ -202,7 +210,7 @@ fn substitute(
 ) -> Result<(), RenderError> {
     match value {
         Value::String(s) => {
-            let found = placeholders(s).map_err(|m| err(path, m))?;
+            let found = placeholders(s).map_err(|m| err(path, m.to_string()))?;
             if found.is_empty() {
                 return Ok(());
             }

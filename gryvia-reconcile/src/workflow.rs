@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Child, EventType, Plan, Timestamp};
 
 /// Label on a workflow step's job naming the step.
-pub const STEP_LABEL: &str = "gryvia.io/workflow-step";
+pub const STEP_LABEL: &str = labels::WORKFLOW_STEP;
 /// How often a workflow waiting for a template that does not exist looks again.
 pub const TEMPLATE_RECHECK: Duration = Duration::from_secs(30);
 /// Annotations of the workflow that every step's job carries.
@@ -160,15 +160,43 @@ pub fn check(workflow: &GryviaWorkflow) -> Option<String> {
         .map(|c| format!("spec.steps: dependency cycle {}", c.join(" -> ")))
 }
 
+/// Why a step's job cannot be built (yet).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum StepError {
+    /// The template the step names does not exist (yet): the step waits.
+    #[error("step {step} waits for GryviaTemplate {template}, which does not exist")]
+    TemplateMissing {
+        /// The step.
+        step: String,
+        /// The template.
+        template: String,
+    },
+    /// The template does not render with the step's parameters.
+    #[error("spec.steps[{step}].templateRef: template {template}: {source}")]
+    Render {
+        /// The step.
+        step: String,
+        /// The template.
+        template: String,
+        /// Why, naming the parameter or field.
+        #[source]
+        source: crate::template::RenderError,
+    },
+    /// The step has neither an inline job nor a template (or both).
+    #[error("spec.steps[{0}]: a step needs exactly one of job and templateRef")]
+    NoJob(String),
+}
+
 /// The job of `step`, built from its inline spec or its template.
 ///
 /// # Errors
-/// `Err(None)` while its template does not exist, `Err(Some(reason))` when it does not render.
+/// [`StepError::TemplateMissing`] while its template does not exist, another [`StepError`]
+/// when it cannot be built.
 fn step_job(
     workflow: &GryviaWorkflow,
     step: &WorkflowStep,
     world: &WorkflowWorld,
-) -> Result<GryviaAIJob, Option<String>> {
+) -> Result<GryviaAIJob, StepError> {
     let wf = workflow.metadata.name.clone().unwrap_or_default();
     let ns = workflow.metadata.namespace.clone().unwrap_or_default();
     let name = job_name(&wf, &step.name);
@@ -183,19 +211,24 @@ fn step_job(
             status: None,
         },
         (None, Some(r)) => {
-            let template = world.templates.get(&r.name).ok_or(None)?;
-            crate::template::render(template, &name, &ns, &r.parameters).map_err(|e| {
-                Some(format!(
-                    "spec.steps[{}].templateRef: template {}: {e}",
-                    step.name, r.name
-                ))
+            let template =
+                world
+                    .templates
+                    .get(&r.name)
+                    .ok_or_else(|| StepError::TemplateMissing {
+                        step: step.name.clone(),
+                        template: r.name.clone(),
+                    })?;
+            crate::template::render(template, &name, &ns, &r.parameters).map_err(|source| {
+                StepError::Render {
+                    step: step.name.clone(),
+                    template: r.name.clone(),
+                    source,
+                }
             })?
         }
         (None, None) => {
-            return Err(Some(format!(
-                "spec.steps[{}]: a step needs exactly one of job and templateRef",
-                step.name
-            )));
+            return Err(StepError::NoJob(step.name.clone()));
         }
     };
     let labels = job.metadata.labels.get_or_insert_with(BTreeMap::new);
@@ -219,6 +252,164 @@ fn step_job(
 #[derive(Clone, Debug, Default)]
 pub struct WorkflowReconciler;
 
+/// The phase of every step's job (Pending until the ai-operator looked at it), by step;
+/// steps without a job are absent.
+fn step_phases(world: &WorkflowWorld) -> BTreeMap<&str, JobPhase> {
+    world
+        .jobs
+        .iter()
+        .map(|j| (j.step.as_str(), j.phase.unwrap_or(JobPhase::Pending)))
+        .collect()
+}
+
+/// What starting the ready steps came to.
+#[derive(Debug, Default)]
+struct Starts<'a> {
+    /// The steps started now, with their jobs.
+    started: Vec<(&'a WorkflowStep, Child)>,
+    /// A step waits for a template that does not exist.
+    waiting_for: Option<String>,
+    /// A step's job cannot be built from its template: nothing starts.
+    invalid: Option<String>,
+}
+
+/// Whether `step` can start: not started, every dependency succeeded.
+fn ready_to_start(step: &WorkflowStep, phases: &BTreeMap<&str, JobPhase>) -> bool {
+    !phases.contains_key(step.name.as_str())
+        && step
+            .depends_on
+            .iter()
+            .all(|d| phases.get(d.as_str()) == Some(&JobPhase::Succeeded))
+}
+
+/// Builds the jobs of the steps that can start, in spec order, as many as `parallelism`
+/// leaves room for; the first step whose template does not render stops everything.
+fn start_steps<'a>(
+    plan: &mut Plan<GryviaWorkflowStatus>,
+    workflow: &'a GryviaWorkflow,
+    world: &WorkflowWorld,
+    phases: &BTreeMap<&str, JobPhase>,
+    active: usize,
+) -> Starts<'a> {
+    let mut out = Starts::default();
+    let slots = workflow.spec.parallelism.map_or(usize::MAX, |p| {
+        usize::try_from(p).unwrap_or(0).saturating_sub(active)
+    });
+    for s in &workflow.spec.steps {
+        if out.started.len() >= slots {
+            break;
+        }
+        if !ready_to_start(s, phases) {
+            continue;
+        }
+        match step_job(workflow, s, world) {
+            Ok(job) => match Child::from_custom(&job) {
+                Ok(child) => out.started.push((s, child)),
+                Err(e) => {
+                    plan.apply_built(Err(e));
+                }
+            },
+            Err(e @ StepError::TemplateMissing { .. }) => {
+                out.waiting_for = Some(e.to_string());
+                plan.requeue(TEMPLATE_RECHECK);
+            }
+            Err(e) => {
+                // Nothing starts from an invalid spec (steps already running finish).
+                out.invalid = Some(e.to_string());
+                out.started.clear();
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The status of every step, in spec order (`started`: the steps whose job is created now).
+fn step_statuses(
+    workflow: &GryviaWorkflow,
+    world: &WorkflowWorld,
+    started: &[(&WorkflowStep, Child)],
+) -> Vec<StepStatus> {
+    let jobs: BTreeMap<&str, &StepJob> = world.jobs.iter().map(|j| (j.step.as_str(), j)).collect();
+    let wf = workflow.metadata.name.as_deref().unwrap_or_default();
+    workflow
+        .spec
+        .steps
+        .iter()
+        .map(|s| {
+            let job = jobs.get(s.name.as_str());
+            let starting = started.iter().any(|(t, _)| t.name == s.name);
+            StepStatus {
+                name: s.name.clone(),
+                phase: job.map_or(JobPhase::Pending, |j| j.phase.unwrap_or(JobPhase::Pending)),
+                job_name: job
+                    .map(|j| j.name.clone())
+                    .or_else(|| starting.then(|| job_name(wf, &s.name))),
+                start_time: job.and_then(|j| j.start_time).map(Time),
+                completion_time: job.and_then(|j| j.completion_time).map(Time),
+            }
+        })
+        .collect()
+}
+
+/// The workflow's phase: Succeeded when every step did; Failed when nothing runs and nothing
+/// more will after an invalid spec or a failed step; Running while anything runs or ran;
+/// else Pending.
+fn workflow_phase(
+    steps: &[StepStatus],
+    invalid: bool,
+    failed: bool,
+    still_active: bool,
+) -> JobPhase {
+    if steps.iter().all(|s| s.phase == JobPhase::Succeeded) {
+        JobPhase::Succeeded
+    } else if (invalid || failed) && !still_active {
+        // Under StopOnFailure nothing starts after a failure; under ContinueIndependent every
+        // startable step has been started.
+        JobPhase::Failed
+    } else if still_active || steps.iter().any(|s| s.phase != JobPhase::Pending) {
+        JobPhase::Running
+    } else {
+        JobPhase::Pending
+    }
+}
+
+/// The Ready condition's status, reason and message.
+fn ready(
+    invalid: Option<&String>,
+    phase: JobPhase,
+    failed: &[&str],
+    waiting_for: Option<&String>,
+    succeeded: i32,
+    steps: usize,
+) -> (Status, &'static str, String) {
+    match (invalid, phase) {
+        (Some(reason), _) => (
+            Status::False,
+            conditions::REASON_INVALID_SPEC,
+            reason.clone(),
+        ),
+        (None, JobPhase::Succeeded) => (
+            Status::True,
+            "Succeeded",
+            format!("all {steps} steps succeeded"),
+        ),
+        (None, JobPhase::Failed) => (
+            Status::False,
+            "StepFailed",
+            format!("step {} failed", failed.join(", step ")),
+        ),
+        (None, _) => match waiting_for {
+            Some(w) => (Status::False, "TemplateNotFound", w.clone()),
+            None => (
+                Status::True,
+                "Running",
+                format!("{succeeded} of {steps} steps succeeded"),
+            ),
+        },
+    }
+}
+
 impl crate::Reconcile for WorkflowReconciler {
     type Object = GryviaWorkflow;
     type World = WorkflowWorld;
@@ -235,15 +426,11 @@ impl crate::Reconcile for WorkflowReconciler {
         now: Timestamp,
     ) -> Plan<GryviaWorkflowStatus> {
         let mut plan = Plan::new();
-        let generation = workflow.metadata.generation;
         let current = workflow.status.clone().unwrap_or_default();
         let mut status = current.clone();
-        let jobs: BTreeMap<&str, &StepJob> =
-            world.jobs.iter().map(|j| (j.step.as_str(), j)).collect();
-
-        // The state of every step: its job's phase, or not started.
-        let phase_of = |step: &str| jobs.get(step).map(|j| j.phase.unwrap_or(JobPhase::Pending));
         let steps = &workflow.spec.steps;
+        let phases = step_phases(world);
+        let phase_of = |step: &str| phases.get(step).copied();
         let failed: Vec<&str> = steps
             .iter()
             .filter(|s| phase_of(&s.name) == Some(JobPhase::Failed))
@@ -253,58 +440,16 @@ impl crate::Reconcile for WorkflowReconciler {
             .iter()
             .filter(|s| phase_of(&s.name).is_some_and(|p| !p.is_finished()))
             .count();
-
         let mut invalid = check(workflow);
-        let mut waiting_for: Option<String> = None;
-        let mut starting: Vec<(&WorkflowStep, Child)> = Vec::new();
+        let mut starts = Starts::default();
         if invalid.is_none()
             && (failed.is_empty()
                 || workflow.spec.failure_policy == FailurePolicy::ContinueIndependent)
         {
-            let slots = workflow.spec.parallelism.map_or(usize::MAX, |p| {
-                usize::try_from(p).unwrap_or(0).saturating_sub(active)
-            });
-            for s in steps {
-                if starting.len() >= slots {
-                    break;
-                }
-                let ready = phase_of(&s.name).is_none()
-                    && s.depends_on
-                        .iter()
-                        .all(|d| phase_of(d) == Some(JobPhase::Succeeded));
-                if !ready {
-                    continue;
-                }
-                let child = step_job(workflow, s, world).and_then(|job| {
-                    serde_json::to_value(&job)
-                        .map_err(|e| e.to_string())
-                        .and_then(|v| Child::from_json(v).map_err(|e| e.to_string()))
-                        .map_err(|e| Some(format!("spec.steps[{}]: {e}", s.name)))
-                });
-                match child {
-                    Ok(child) => starting.push((s, child)),
-                    Err(None) => {
-                        let t = s
-                            .template_ref
-                            .as_ref()
-                            .map(|r| r.name.clone())
-                            .unwrap_or_default();
-                        waiting_for = Some(format!(
-                            "step {} waits for GryviaTemplate {t}, which does not exist",
-                            s.name
-                        ));
-                        plan.requeue(TEMPLATE_RECHECK);
-                    }
-                    Err(Some(reason)) => {
-                        // Nothing starts from an invalid spec (steps already running finish).
-                        invalid = Some(reason);
-                        starting.clear();
-                        break;
-                    }
-                }
-            }
+            starts = start_steps(&mut plan, workflow, world, &phases, active);
+            invalid = starts.invalid.take();
         }
-        for (s, child) in &starting {
+        for (s, child) in &starts.started {
             plan.event(
                 EventType::Normal,
                 "StepStarted",
@@ -315,29 +460,7 @@ impl crate::Reconcile for WorkflowReconciler {
             );
             plan.apply_child(child.clone());
         }
-
-        // Status: steps in spec order.
-        status.steps = steps
-            .iter()
-            .map(|s| {
-                let job = jobs.get(s.name.as_str());
-                let started = starting.iter().any(|(t, _)| t.name == s.name);
-                StepStatus {
-                    name: s.name.clone(),
-                    phase: phase_of(&s.name).unwrap_or(JobPhase::Pending),
-                    job_name: job.map(|j| j.name.clone()).or_else(|| {
-                        started.then(|| {
-                            job_name(
-                                workflow.metadata.name.as_deref().unwrap_or_default(),
-                                &s.name,
-                            )
-                        })
-                    }),
-                    start_time: job.and_then(|j| j.start_time).map(Time),
-                    completion_time: job.and_then(|j| j.completion_time).map(Time),
-                }
-            })
-            .collect();
+        status.steps = step_statuses(workflow, world, &starts.started);
         status.succeeded_steps = i32::try_from(
             status
                 .steps
@@ -346,50 +469,21 @@ impl crate::Reconcile for WorkflowReconciler {
                 .count(),
         )
         .unwrap_or(i32::MAX);
-        let all_succeeded = status.steps.iter().all(|s| s.phase == JobPhase::Succeeded);
-        let still_active = active + starting.len() > 0;
-        let phase = if all_succeeded {
-            JobPhase::Succeeded
-        } else if invalid.is_some() && !still_active {
-            JobPhase::Failed
-        } else if !failed.is_empty() && !still_active {
-            // Nothing runs and nothing more will: under StopOnFailure nothing starts after a
-            // failure; under ContinueIndependent every startable step has been started.
-            JobPhase::Failed
-        } else if still_active || status.steps.iter().any(|s| s.phase != JobPhase::Pending) {
-            JobPhase::Running
-        } else {
-            JobPhase::Pending
-        };
-        let (cond_status, reason, message) = match (&invalid, phase) {
-            (Some(reason), _) => (
-                Status::False,
-                conditions::REASON_INVALID_SPEC,
-                reason.clone(),
-            ),
-            (None, JobPhase::Succeeded) => (
-                Status::True,
-                "Succeeded",
-                format!("all {} steps succeeded", steps.len()),
-            ),
-            (None, JobPhase::Failed) => (
-                Status::False,
-                "StepFailed",
-                format!("step {} failed", failed.join(", step ")),
-            ),
-            (None, _) => match &waiting_for {
-                Some(w) => (Status::False, "TemplateNotFound", w.clone()),
-                None => (
-                    Status::True,
-                    "Running",
-                    format!(
-                        "{} of {} steps succeeded",
-                        status.succeeded_steps,
-                        steps.len()
-                    ),
-                ),
-            },
-        };
+        let still_active = active + starts.started.len() > 0;
+        let phase = workflow_phase(
+            &status.steps,
+            invalid.is_some(),
+            !failed.is_empty(),
+            still_active,
+        );
+        let (cond_status, reason, message) = ready(
+            invalid.as_ref(),
+            phase,
+            &failed,
+            starts.waiting_for.as_ref(),
+            status.succeeded_steps,
+            steps.len(),
+        );
         let was = conditions::find(&current.conditions, conditions::READY).cloned();
         conditions::set(
             &mut status.conditions,
@@ -398,7 +492,7 @@ impl crate::Reconcile for WorkflowReconciler {
                 cond_status,
                 reason,
                 message.clone(),
-                generation,
+                workflow.metadata.generation,
                 now,
             ),
         );
@@ -794,6 +888,108 @@ mod tests {
                 .starts_with("spec.steps[ft].templateRef: template fine-tune:"),
             "{}",
             ready.message
+        );
+    }
+
+    #[test]
+    fn a_step_without_a_phase_is_pending() {
+        let mut j = job("prepare", JobPhase::Running);
+        j.phase = None;
+        let w = world(vec![j]);
+        assert_eq!(step_phases(&w).get("prepare"), Some(&JobPhase::Pending));
+    }
+
+    #[test]
+    fn a_step_is_ready_once_every_dependency_succeeded() {
+        let wf = diamond();
+        let evaluate = &wf.spec.steps[3];
+        let mut phases = BTreeMap::from([("train-a", JobPhase::Succeeded)]);
+        assert!(!ready_to_start(evaluate, &phases));
+        phases.insert("train-b", JobPhase::Succeeded);
+        assert!(ready_to_start(evaluate, &phases));
+        phases.insert("evaluate", JobPhase::Pending);
+        assert!(!ready_to_start(evaluate, &phases), "started already");
+    }
+
+    #[test]
+    fn starting_respects_parallelism() {
+        let mut wf = diamond();
+        wf.spec.parallelism = Some(2);
+        let w = world(vec![job("prepare", JobPhase::Succeeded)]);
+        let phases = step_phases(&w);
+        let mut plan = Plan::new();
+        let starts = start_steps(&mut plan, &wf, &w, &phases, 1);
+        let names: Vec<&str> = starts
+            .started
+            .iter()
+            .map(|(s, _)| s.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["train-a"],
+            "one slot is taken by a running step"
+        );
+        assert!(starts.invalid.is_none() && starts.waiting_for.is_none());
+    }
+
+    #[test]
+    fn step_statuses_name_the_jobs_of_started_steps() {
+        let wf = diamond();
+        let w = world(vec![job("prepare", JobPhase::Succeeded)]);
+        let mut plan = Plan::new();
+        let starts = start_steps(&mut plan, &wf, &w, &step_phases(&w), 0);
+        let s = step_statuses(&wf, &w, &starts.started);
+        assert_eq!(s[0].phase, JobPhase::Succeeded);
+        assert_eq!(s[1].job_name.as_deref(), Some("pipe-train-a"));
+        assert_eq!(s[3].job_name, None);
+    }
+
+    #[test]
+    fn the_workflow_fails_only_when_nothing_runs_any_more() {
+        let st = |phase| StepStatus {
+            name: "s".into(),
+            phase,
+            job_name: None,
+            start_time: None,
+            completion_time: None,
+        };
+        let done = [st(JobPhase::Succeeded)];
+        assert_eq!(
+            workflow_phase(&done, false, false, false),
+            JobPhase::Succeeded
+        );
+        let mixed = [st(JobPhase::Failed), st(JobPhase::Pending)];
+        assert_eq!(workflow_phase(&mixed, false, true, true), JobPhase::Running);
+        assert_eq!(workflow_phase(&mixed, false, true, false), JobPhase::Failed);
+        assert_eq!(
+            workflow_phase(&mixed[1..], true, false, false),
+            JobPhase::Failed
+        );
+        assert_eq!(
+            workflow_phase(&mixed[1..], false, false, false),
+            JobPhase::Pending
+        );
+    }
+
+    #[test]
+    fn ready_names_the_invalid_field_the_failed_steps_or_the_missing_template() {
+        let why = "spec.steps: cycle".to_owned();
+        assert_eq!(
+            ready(Some(&why), JobPhase::Failed, &[], None, 0, 2).1,
+            conditions::REASON_INVALID_SPEC
+        );
+        assert_eq!(
+            ready(None, JobPhase::Failed, &["a", "b"], None, 0, 2).2,
+            "step a, step b failed"
+        );
+        let wait = "waits".to_owned();
+        assert_eq!(
+            ready(None, JobPhase::Pending, &[], Some(&wait), 0, 2).1,
+            "TemplateNotFound"
+        );
+        assert_eq!(
+            ready(None, JobPhase::Running, &[], None, 1, 2).2,
+            "1 of 2 steps succeeded"
         );
     }
 }

@@ -140,7 +140,9 @@ fn bounds_clip_recurring_windows_and_end_them() {
 #[test]
 fn an_unknown_time_zone_is_an_invalid_spec_naming_the_field() {
     let r = nightly("Mars/Olympus");
-    let e = window(&r, t("2026-12-02T23:00:00Z")).unwrap_err();
+    let e = window(&r, t("2026-12-02T23:00:00Z"))
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("spec.schedule.recurrence.timeZone"), "{e}");
     let plan = ReservationReconciler.reconcile(
         &r,

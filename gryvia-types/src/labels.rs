@@ -40,3 +40,20 @@ pub const MAINTENANCE: &str = "gryvia.io/maintenance";
 /// Annotation on a node cordoned by `gryvia maintenance start`: the node was schedulable
 /// before, so `gryvia maintenance end` uncordons it.
 pub const MAINTENANCE_CORDONED: &str = "gryvia.io/maintenance-cordoned";
+/// Label on the ResourceQuotas a GryviaQuota makes, naming the GryviaQuota.
+pub const QUOTA: &str = "gryvia.io/quota";
+/// Annotation on a namespace a deleted GryviaTenant left behind (its `deletionPolicy` kept it
+/// because it still held workloads), naming the tenant.
+pub const RETAINED_FROM_TENANT: &str = "gryvia.io/retained-from-tenant";
+/// Label on a workflow step's GryviaAIJob naming the step.
+pub const WORKFLOW_STEP: &str = "gryvia.io/workflow-step";
+/// Finalizer that closes the usage record of a deleted GryviaAIJob.
+pub const METERING_FINALIZER: &str = "gryvia.io/metering";
+/// Pod annotation the Job controller sets to the worker's index in an Indexed Job.
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// Annotation the kubelet puts on a static (mirror) pod.
+pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
+/// The quota resource of GPU requests (`requests.` and [`NVIDIA_GPU_RESOURCE`]).
+pub const NVIDIA_GPU_REQUESTS: &str = "requests.nvidia.com/gpu";
+/// The taint effect Gryvia's quarantine and reservation taints carry.
+pub const NO_SCHEDULE: &str = "NoSchedule";
