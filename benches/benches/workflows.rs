@@ -18,7 +18,7 @@ fn ts(s: &str) -> jiff::Timestamp {
 fn subject(i: usize, phase: JobPhase) -> Subject {
     let finished = matches!(phase, JobPhase::Succeeded | JobPhase::Failed);
     Subject {
-        kind: "GryviaAIJob".to_owned(),
+        kind: gryvia_reconcile::hooks::SubjectKind::GryviaAIJob,
         name: format!("job-{i:05}"),
         uid: format!("00000000-0000-0000-0000-{i:012}"),
         labels: [("team".to_owned(), "ml".to_owned())].into(),

@@ -536,7 +536,7 @@ fn reservation_window(
 ) -> PyResult<Py<PyAny>> {
     use gryvia_reconcile::reservation::{Window, window};
     let r: gryvia_types::GryviaReservation = typed(reservation, "reservation")?;
-    let w = window(&r, parse_now(now)?).map_err(ValidationError::new_err)?;
+    let w = window(&r, parse_now(now)?).map_err(|e| ValidationError::new_err(e.to_string()))?;
     let v = match w {
         Window::Open { start, end } => {
             serde_json::json!({"state": "open", "start": start.to_string(), "end": end.to_string()})

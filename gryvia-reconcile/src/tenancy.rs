@@ -756,7 +756,7 @@ impl crate::Reconcile for TenantReconciler {
     type Status = GryviaTenantStatus;
 
     fn name(&self) -> &'static str {
-        "gryvia-quota-operator"
+        "gryvia-tenants"
     }
 
     fn finalizer(&self) -> Option<&'static str> {
@@ -998,7 +998,7 @@ impl crate::Reconcile for QuotaReconciler {
     type Status = GryviaQuotaStatus;
 
     fn name(&self) -> &'static str {
-        "gryvia-quota-operator"
+        "gryvia-quotas"
     }
 
     fn reconcile(

@@ -137,7 +137,7 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         || async {
             let (code, text) = http_get(port, "/metrics").await?;
             (code == 200
-                && sample(&text, "gryvia_reconciles_total", "gryvia-quota-operator")? >= 1.0
+                && sample(&text, "gryvia_reconciles_total", "gryvia-tenants")? >= 1.0
                 && sample(&text, "gryvia_reconciles_total", "gryvia-budgets")? >= 1.0)
                 .then_some(text)
         },
@@ -149,7 +149,7 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         text.contains("# TYPE gryvia_reconcile_duration_seconds histogram"),
         "{text}"
     );
-    for controller in ["gryvia-quota-operator", "gryvia-budgets"] {
+    for controller in ["gryvia-tenants", "gryvia-budgets"] {
         assert!(
             sample(&text, "gryvia_reconcile_duration_seconds_count", controller)
                 .is_some_and(|n| n >= 1.0),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gryvia_reconcile::priority::{ObservedClass, PriorityReconciler, PriorityWorld};
-use gryvia_types::{GryviaPriority, labels};
+use gryvia_types::GryviaPriority;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
@@ -27,15 +27,7 @@ impl Observe for PriorityObserver {
 
     async fn observe(&self, prio: &GryviaPriority) -> Result<PriorityWorld> {
         wait_ready(&self.classes, "PriorityClass").await?;
-        let class = cached(&self.classes, None, &prio.name_any()).map(|pc| ObservedClass {
-            value: pc.value,
-            preemption_policy: pc
-                .preemption_policy
-                .clone()
-                .unwrap_or_else(|| "PreemptLowerPriority".to_owned()),
-            managed: pc.labels().get(labels::MANAGED_BY).map(String::as_str)
-                == Some(labels::MANAGED_BY_VALUE),
-        });
+        let class = cached(&self.classes, None, &prio.name_any()).map(|pc| ObservedClass::of(&pc));
         Ok(PriorityWorld { class })
     }
 }
