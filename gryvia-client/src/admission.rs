@@ -20,10 +20,9 @@ use gryvia_reconcile::admission::{
     AdmissionWorld, BlockedBudget, Decision, GpuQuota, ReservationFacts, TemplateState,
     TenantFacts, mutate_job, validate_job,
 };
-use gryvia_types::conditions;
 use gryvia_types::{
     GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant,
-    OwnerType, labels,
+    labels,
 };
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, Patch, PatchParams};
@@ -120,17 +119,11 @@ impl Caches {
     /// The budgets in state `blocked` whose scope covers a job of `tenant` in `namespace`.
     pub fn blocked_budgets(&self, tenant: Option<&str>, namespace: &str) -> Vec<BlockedBudget> {
         let budgets = self.budgets.state();
-        gryvia_reconcile::budget::blocking(budgets.iter().map(AsRef::as_ref), tenant, namespace)
-            .into_iter()
-            .map(|name| {
-                let spend_usd = budgets
-                    .iter()
-                    .find(|b| b.metadata.name.as_deref() == Some(name.as_str()))
-                    .and_then(|b| b.status.as_ref()?.spend_usd.as_ref())
-                    .map(|d| d.as_str().to_owned());
-                BlockedBudget { name, spend_usd }
-            })
-            .collect()
+        gryvia_reconcile::admission::blocked_budgets(
+            budgets.iter().map(AsRef::as_ref),
+            tenant,
+            namespace,
+        )
     }
 
     /// The facts about `job` that the validating webhook needs, from the caches.
@@ -151,21 +144,7 @@ impl Caches {
                 let obj = self.tenants.get(&ObjectRef::new(t)).ok_or_else(|| {
                     format!("tenant {t} of namespace {namespace} is not in the cache")
                 })?;
-                Some(TenantFacts {
-                    name: t.clone(),
-                    allowed_skus: obj.spec.allowed_skus.clone(),
-                    gpus_per_type: obj
-                        .spec
-                        .quotas
-                        .as_ref()
-                        .map(|q| q.gpus_per_type.clone())
-                        .unwrap_or_default(),
-                    gpus_in_use_by_type: obj
-                        .status
-                        .as_ref()
-                        .map(|s| s.gpus_in_use_by_type.clone())
-                        .unwrap_or_default(),
-                })
+                Some(TenantFacts::of(t, &obj))
             }
             None => None,
         };
@@ -175,51 +154,21 @@ impl Caches {
             .iter()
             .map(|s| (s.name_any(), s.spec.gpu_product.clone()))
             .collect();
-        let gpu_quota = self
-            .quotas
-            .state()
-            .iter()
-            .filter(|q| q.namespace().as_deref() == Some(namespace))
-            .filter_map(|q| {
-                let (hard, used) = gryvia_reconcile::tenancy::quota_gpus(q)?;
-                Some(GpuQuota {
-                    name: q.name_any(),
-                    hard,
-                    used,
-                })
-            })
-            .min_by_key(|q| q.hard - q.used);
-        let template = job.labels().get(labels::TEMPLATE).map(|t| {
-            match self.templates.get(&ObjectRef::new(t)) {
-                None => TemplateState::Missing,
-                Some(obj) => {
-                    let valid = obj
-                        .status
-                        .as_ref()
-                        .and_then(|s| conditions::find(&s.conditions, conditions::VALID).cloned());
-                    match valid {
-                        Some(c) if c.status == "True" => TemplateState::Valid,
-                        Some(c) => TemplateState::Invalid(c.message),
-                        None => TemplateState::Invalid(
-                            "the ai-operator has not checked it yet".to_owned(),
-                        ),
-                    }
-                }
-            }
-        });
-        let reservation = job.annotations().get(labels::RESERVATION).map(|r| {
-            match self.reservations.get(&ObjectRef::new(r)) {
-                None => ReservationFacts {
-                    exists: false,
-                    owner: None,
-                },
-                Some(obj) => ReservationFacts {
-                    exists: true,
-                    owner: matches!(obj.spec.owner.type_, OwnerType::Team | OwnerType::Tenant)
-                        .then(|| obj.spec.owner.name.clone()),
-                },
-            }
-        });
+        let quotas = self.quotas.state();
+        let gpu_quota = GpuQuota::tightest(
+            quotas
+                .iter()
+                .filter(|q| q.namespace().as_deref() == Some(namespace))
+                .map(AsRef::as_ref),
+        );
+        let template = job
+            .labels()
+            .get(labels::TEMPLATE)
+            .map(|t| TemplateState::of(self.templates.get(&ObjectRef::new(t)).as_deref()));
+        let reservation = job
+            .annotations()
+            .get(labels::RESERVATION)
+            .map(|r| ReservationFacts::of(self.reservations.get(&ObjectRef::new(r)).as_deref()));
         Ok(AdmissionWorld {
             tenant,
             skus,

@@ -45,6 +45,58 @@ pub fn required() -> bool {
     std::env::var("GRYVIA_E2E").is_ok_and(|v| v == "1" || v == "true")
 }
 
+/// A name for a test's object: `prefix`, a dash and six hex digits from the clock (distinct
+/// between calls of one run, short enough for names derived from it).
+pub fn unique(prefix: &str) -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    format!("{prefix}-{:x}", micros % 0xff_ffff)
+}
+
+/// A loopback port nobody listens on now (for a binary's `--metrics-addr` or webhook).
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
+}
+
+/// `GET path` on `127.0.0.1:port` over plain HTTP/1.1: the status code and the body, or
+/// `None` while nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_owned()))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The value of the sample `name{controller="<controller>"}` in Prometheus text.
+pub fn metric_sample(text: &str, name: &str, controller: &str) -> Option<f64> {
+    let key = format!("{name}{{controller=\"{controller}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The repository root (where `testenv/` lives).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -125,7 +177,7 @@ fn answers(kubeconfig: &Path) -> bool {
         let Ok(client) = client_for(kubeconfig).await else {
             return false;
         };
-        let req = http_get("/readyz");
+        let req = api_get("/readyz");
         matches!(
             tokio::time::timeout(Duration::from_secs(5), client.request_text(req)).await,
             Ok(Ok(body)) if body.trim() == "ok"
@@ -133,7 +185,7 @@ fn answers(kubeconfig: &Path) -> bool {
     })
 }
 
-fn http_get(path: &str) -> http::Request<Vec<u8>> {
+fn api_get(path: &str) -> http::Request<Vec<u8>> {
     let mut req = http::Request::new(Vec::new());
     *req.uri_mut() = http::Uri::from_maybe_shared(path.to_owned().into_bytes()).unwrap_or_default();
     req

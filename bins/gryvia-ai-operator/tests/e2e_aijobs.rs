@@ -7,6 +7,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::unique;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
@@ -199,17 +200,6 @@ impl Setup {
             .unwrap()
             .items
     }
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xff_ffff
-    )
 }
 
 fn phase(p: &Pod) -> String {

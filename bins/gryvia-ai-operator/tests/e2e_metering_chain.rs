@@ -10,6 +10,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::{free_port, unique};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,26 +23,6 @@ use gryvia_types::{
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xff_ffff
-    )
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The quota-operator binary cargo built beside the ai-operator.
 fn quota_operator_binary() -> PathBuf {

@@ -5,6 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::{free_port, unique};
 use std::time::Duration;
 
 use gryvia_testsupport::{Process, ServiceAccountAccess, TestNamespace, wait_for};
@@ -12,26 +13,6 @@ use gryvia_types::{GryviaAIJob, JobPhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xff_ffff
-    )
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Deletes a PersistentVolume of the test's when dropped (also when the test panics).
 struct VolumeCleanup(String);

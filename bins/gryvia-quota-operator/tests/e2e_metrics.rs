@@ -4,7 +4,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
-use std::io::{Read, Write};
+use gryvia_testsupport::{free_port, http_get, metric_sample, unique};
 use std::time::Duration;
 
 use gryvia_testsupport::{Process, TestNamespace, wait_for};
@@ -12,56 +12,6 @@ use gryvia_types::{GryviaBudget, GryviaTenant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `GET path` on `127.0.0.1:port`: the status code and the body, or `None` while nothing
-/// answers.
-async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        let (head, body) = response.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_owned()))
-    })
-    .await
-    .unwrap()
-}
-
-/// The value of the sample `name{controller="<controller>"}` in Prometheus text.
-fn sample(text: &str, name: &str, controller: &str) -> Option<f64> {
-    let key = format!("{name}{{controller=\"{controller}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xffff_ffff
-    )
-}
 
 #[tokio::test]
 async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_answers_its_probes() {
@@ -137,8 +87,8 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         || async {
             let (code, text) = http_get(port, "/metrics").await?;
             (code == 200
-                && sample(&text, "gryvia_reconciles_total", "gryvia-tenants")? >= 1.0
-                && sample(&text, "gryvia_reconciles_total", "gryvia-budgets")? >= 1.0)
+                && metric_sample(&text, "gryvia_reconciles_total", "gryvia-tenants")? >= 1.0
+                && metric_sample(&text, "gryvia_reconciles_total", "gryvia-budgets")? >= 1.0)
                 .then_some(text)
         },
     )
@@ -151,13 +101,13 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
     );
     for controller in ["gryvia-tenants", "gryvia-budgets"] {
         assert!(
-            sample(&text, "gryvia_reconcile_duration_seconds_count", controller)
+            metric_sample(&text, "gryvia_reconcile_duration_seconds_count", controller)
                 .is_some_and(|n| n >= 1.0),
             "no duration of {controller}: {text}"
         );
     }
     assert_eq!(
-        sample(&text, "gryvia_leader", "gryvia-quota-operator"),
+        metric_sample(&text, "gryvia_leader", "gryvia-quota-operator"),
         Some(1.0),
         "{text}"
     );

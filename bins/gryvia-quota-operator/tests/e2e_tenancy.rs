@@ -5,6 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::unique;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
@@ -109,17 +110,6 @@ impl Setup {
             _serial: serial,
         })
     }
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xffff_ffff
-    )
 }
 
 async fn create_tenant(client: &kube::Client, body: serde_json::Value) -> GryviaTenant {

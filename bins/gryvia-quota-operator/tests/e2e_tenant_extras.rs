@@ -8,6 +8,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::{free_port, unique};
 use std::time::Duration;
 
 use gryvia_testsupport::{Process, TestNamespace, wait_for};
@@ -65,26 +66,6 @@ impl Setup {
             _serial: serial,
         })
     }
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xffff_ffff
-    )
 }
 
 /// Deletes the tenant and its namespace when dropped (also when the test panics); drop it

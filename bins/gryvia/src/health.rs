@@ -6,9 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use gryvia_client::ops::nodes::DrainProgress;
-use gryvia_types::{
-    GryviaGpuNode, GryviaHealthCheck, GryviaNetwork, GryviaStorage, Verdict, labels,
-};
+use gryvia_reconcile::health::report;
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, GryviaNetwork, GryviaStorage, Verdict};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
@@ -67,19 +66,7 @@ fn verdict(v: Option<Verdict>) -> String {
 }
 
 fn age(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> String {
-    t.map_or_else(
-        || "-".to_owned(),
-        |t| {
-            let s = jiff::Timestamp::now().as_second() - t.0.as_second();
-            if s < 120 {
-                format!("{s}s")
-            } else if s < 7200 {
-                format!("{}m", s / 60)
-            } else {
-                format!("{}h", s / 3600)
-            }
-        },
-    )
+    report::age(t.map(|t| t.0), jiff::Timestamp::now())
 }
 
 /// `gryvia health [gpu|storage|network]`.
@@ -113,36 +100,28 @@ pub async fn health(scope: Option<HealthScope>, output: Output) -> anyhow::Resul
             "QUARANTINED",
             "LAST RUN",
         ]);
-        for c in &checks {
-            let s = c.status.clone().unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        for c in report::check_rows(&checks) {
             t.row(vec![
-                c.name_any(),
-                s.nodes.len().to_string(),
-                s.summary.healthy.to_string(),
-                s.summary.warning.to_string(),
-                s.summary.failed.to_string(),
-                s.summary.unknown.to_string(),
-                s.summary.quarantined.to_string(),
-                age(s.last_run.as_ref()),
+                c.name,
+                c.nodes.to_string(),
+                c.summary.healthy.to_string(),
+                c.summary.warning.to_string(),
+                c.summary.failed.to_string(),
+                c.summary.unknown.to_string(),
+                c.summary.quarantined.to_string(),
+                report::age(c.last_run, now),
             ]);
         }
         sections.push(t.render());
         let mut t = Table::new(&["GPU NODE", "GPUS", "VERDICT", "SOURCE", "OBSERVED"]);
-        for n in &nodes {
-            let worst = checks
-                .iter()
-                .filter_map(|c| c.status.as_ref())
-                .flat_map(|s| s.nodes.iter())
-                .filter(|r| r.node == n.spec.node_name)
-                .map(|r| r.verdict)
-                .reduce(gryvia_reconcile::health::worst);
-            let st = n.status.clone().unwrap_or_default();
+        for n in report::gpu_node_rows(&checks, &nodes) {
             t.row(vec![
-                n.spec.node_name.clone(),
-                st.gpu_count.unwrap_or(0).to_string(),
-                verdict(worst),
-                st.source.unwrap_or_else(|| "-".into()),
-                age(st.observed_at.as_ref()),
+                n.node,
+                n.gpus.to_string(),
+                verdict(n.verdict),
+                n.source.unwrap_or_else(|| "-".into()),
+                report::age(n.observed_at, now),
             ]);
         }
         sections.push(t.render());
@@ -223,22 +202,22 @@ pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
         });
         return print_objects(&[json], output);
     }
-    let info = gryvia_client::ops::nodes::node_info(&report.node);
+    let state = report::node_state(&report.node);
     let mut out = format!(
         "Node:          {}\nSchedulable:   {}\nQuarantined:   {}\nMaintenance:   {}\n",
-        info.name,
-        if info.unschedulable {
-            "no (cordoned)"
-        } else {
+        state.name,
+        if state.schedulable {
             "yes"
+        } else {
+            "no (cordoned)"
         },
-        info.quarantined_by
+        state
+            .quarantined_by
             .as_ref()
             .map_or_else(|| "no".to_owned(), |c| format!("yes, by health check {c}")),
-        report
-            .node
-            .annotations()
-            .get(labels::MAINTENANCE)
+        state
+            .maintenance
+            .as_ref()
             .map_or_else(|| "no".to_owned(), |r| format!("yes: {r}")),
     );
     match &report.gpu_node {

@@ -4,6 +4,7 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+use gryvia_testsupport::unique;
 use std::time::Duration;
 
 use gryvia_testsupport::wait_for;
@@ -78,17 +79,6 @@ impl Drop for Controllers {
     fn drop(&mut self) {
         self.handle.abort();
     }
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros()
-            % 0xff_ffff
-    )
 }
 
 /// The cells of the table row whose first cell is `name` (cells are separated by three

@@ -6,8 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gryvia_reconcile::health::{HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo};
-use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, StepPhase};
+use gryvia_reconcile::health::{
+    HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo, PdbInfo, PodInfo,
+    remediating_elsewhere,
+};
+use gryvia_types::{GryviaGpuNode, GryviaHealthCheck};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -17,7 +20,6 @@ use kube::runtime::reflector::Store;
 use super::{Running, Shared, all_of, changed};
 use crate::Result;
 use crate::cache::wait_ready;
-use crate::ops::nodes::{node_info, pdb_info, pod_info};
 use crate::runtime::{Observe, run, spec_or_lifecycle};
 
 /// Observes a health check: nodes, GryviaGpuNodes, the other checks, and the pods and
@@ -36,10 +38,7 @@ impl HealthObserver {
         &self,
         nodes: &[NodeInfo],
         check: &str,
-    ) -> (
-        BTreeMap<String, Vec<gryvia_reconcile::health::PodInfo>>,
-        Vec<gryvia_reconcile::health::PdbInfo>,
-    ) {
+    ) -> (BTreeMap<String, Vec<PodInfo>>, Vec<PdbInfo>) {
         let quarantined: BTreeSet<&str> = nodes
             .iter()
             .filter(|n| n.quarantined_by.as_deref() == Some(check))
@@ -54,7 +53,7 @@ impl HealthObserver {
         for pod in all {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
             if let Some(list) = node.and_then(|n| pods.get_mut(n)) {
-                list.push(pod_info(&pod));
+                list.push(PodInfo::of(&pod));
             }
         }
         let namespaces: BTreeSet<String> = pods
@@ -67,7 +66,7 @@ impl HealthObserver {
             .state()
             .iter()
             .filter(|b| b.namespace().is_some_and(|ns| namespaces.contains(&ns)))
-            .map(|b| pdb_info(b))
+            .map(|b| PdbInfo::of(b))
             .collect();
         pdbs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         (pods, pdbs)
@@ -86,7 +85,7 @@ impl Observe for HealthObserver {
         wait_ready(&self.pods, "Pod").await?;
         wait_ready(&self.pdbs, "PodDisruptionBudget").await?;
         let name = hc.name_any();
-        let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| node_info(n)).collect();
+        let mut nodes: Vec<NodeInfo> = self.nodes.state().iter().map(|n| NodeInfo::of(n)).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let gpu_nodes: BTreeMap<String, GryviaGpuNode> = self
             .gpu_nodes
@@ -99,20 +98,9 @@ impl Observe for HealthObserver {
         } else {
             (BTreeMap::new(), Vec::new())
         };
-        let remediating_elsewhere = self
-            .checks
-            .state()
-            .iter()
-            .filter(|other| other.name_any() != name)
-            .filter_map(|other| other.status.as_ref())
-            .flat_map(|s| s.nodes.iter())
-            .filter(|r| {
-                r.remediation
-                    .as_ref()
-                    .is_some_and(|s| s.phase != StepPhase::Failed)
-            })
-            .map(|r| r.node.clone())
-            .collect();
+        let checks: Vec<GryviaHealthCheck> =
+            self.checks.state().iter().map(|c| (**c).clone()).collect();
+        let remediating_elsewhere = remediating_elsewhere(&checks, &name);
         Ok(HealthWorld {
             nodes,
             gpu_nodes,

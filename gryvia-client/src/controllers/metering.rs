@@ -2,7 +2,7 @@
 //! job (policy: `gryvia_reconcile::metering`). Reads the catalogue, the job's namespace and the
 //! GPU product of its first worker's node from the operator's caches.
 
-use gryvia_reconcile::metering::{MeteringReconciler, MeteringWorld};
+use gryvia_reconcile::metering::{MeteringReconciler, MeteringWorld, node_product};
 use gryvia_types::{GryviaAIJob, GryviaGpuSku, labels};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::ResourceExt;
@@ -38,15 +38,16 @@ impl Observe for MeteringObserver {
         let ns = job.namespace().unwrap_or_default();
         let tenant = cached(&self.namespaces, None, &ns)
             .and_then(|n| n.labels().get(labels::TENANT).cloned());
-        let node_product = if job.spec.gpu_type.is_some() {
-            None
-        } else {
-            pods_of_job(&self.pods, &ns, &job.name_any())
-                .iter()
-                .find_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-                .and_then(|node| cached(&self.nodes, None, &node))
-                .and_then(|n| n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned())
-        };
+        let pods: Vec<Pod> = pods_of_job(&self.pods, &ns, &job.name_any())
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
+        let nodes: Vec<Node> = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+            .filter_map(|n| cached(&self.nodes, None, n).map(|n| (*n).clone()))
+            .collect();
+        let node_product = node_product(job, &pods, &nodes);
         Ok(MeteringWorld {
             skus: catalogue(&self.skus),
             tenant,

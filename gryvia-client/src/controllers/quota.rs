@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gryvia_reconcile::tenancy::{QuotaReconciler, QuotaWorld};
-use gryvia_types::GryviaQuota;
+use gryvia_types::{GryviaQuota, labels};
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
@@ -16,9 +16,6 @@ use super::{Running, Shared, cached};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, cluster_owner, run};
-
-/// The label naming the GryviaQuota of a ResourceQuota.
-const QUOTA_LABEL: &str = "gryvia.io/quota";
 
 /// Observes a GryviaQuota: which of its namespaces exist, where its ResourceQuotas are, usage.
 pub struct QuotaObserver {
@@ -45,7 +42,7 @@ impl Observe for QuotaObserver {
         let mut managed_in = BTreeSet::new();
         let mut used = BTreeMap::new();
         for rq in self.quotas.state() {
-            if rq.labels().get(QUOTA_LABEL) != Some(&name) {
+            if rq.labels().get(labels::QUOTA) != Some(&name) {
                 continue;
             }
             if let Some(ns) = rq.namespace() {

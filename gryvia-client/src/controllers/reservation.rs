@@ -21,23 +21,6 @@ pub struct ReservationObserver {
     pods: Store<Pod>,
 }
 
-/// The nodes and the pods that are not finished, in `nodes` and `pods`.
-pub fn nodes_and_active_pods(nodes: &Store<Node>, pods: &Store<Pod>) -> (Vec<Node>, Vec<Pod>) {
-    let nodes = nodes.state().iter().map(|n| (**n).clone()).collect();
-    let pods = pods
-        .state()
-        .iter()
-        .filter(|p| {
-            !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-        })
-        .map(|p| (**p).clone())
-        .collect();
-    (nodes, pods)
-}
-
 #[async_trait::async_trait]
 impl Observe for ReservationObserver {
     type Object = GryviaReservation;
@@ -46,7 +29,9 @@ impl Observe for ReservationObserver {
     async fn observe(&self, _r: &GryviaReservation) -> Result<ReservationWorld> {
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.pods, "Pod").await?;
-        let (nodes, pods) = nodes_and_active_pods(&self.nodes, &self.pods);
+        // `ReservationWorld::of` counts only the pods that hold GPUs (bound, not finished).
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
         Ok(ReservationWorld::of(&nodes, &pods))
     }
 }

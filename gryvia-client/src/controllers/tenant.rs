@@ -3,12 +3,11 @@
 //! `gryvia_reconcile::tenancy`). Reads tenants, the namespace, its quota and workloads and the
 //! nodes' GPU products from the operator's caches.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gryvia_reconcile::tenancy::{
     NamespaceState, TENANT_QUOTA, TenantOptions, TenantReconciler, TenantSummary, TenantWorld,
-    namespace_of,
+    gpus_by_product, namespace_of, node_products,
 };
 use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
@@ -67,34 +66,6 @@ impl TenantObserver {
         wait_ready(&self.ai_jobs, "GryviaAIJob").await?;
         wait_ready(&self.nodes, "Node").await
     }
-
-    /// GPUs of the pods that hold them (scheduled, not finished), per GPU product of their
-    /// node.
-    fn gpus_by_type(&self, pods: &[Arc<Pod>]) -> BTreeMap<String, i32> {
-        let mut out = BTreeMap::new();
-        for pod in pods {
-            let phase = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .unwrap_or("");
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-                continue;
-            };
-            if matches!(phase, "Succeeded" | "Failed") {
-                continue;
-            }
-            let gpus = gryvia_reconcile::tenancy::pod_gpus(pod);
-            if gpus == 0 {
-                continue;
-            }
-            let product = cached(&self.nodes, None, &node)
-                .and_then(|n| n.labels().get(labels::NVIDIA_GPU_PRODUCT).cloned())
-                .unwrap_or_else(|| "unknown".to_owned());
-            *out.entry(product).or_insert(0) += gpus;
-        }
-        out
-    }
 }
 
 /// The objects of `store` in namespace `ns`.
@@ -136,16 +107,17 @@ impl Observe for TenantObserver {
                 ..Default::default()
             });
         };
-        let state = NamespaceState {
-            tenant_label: namespace.labels().get(labels::TENANT).cloned(),
-            terminating: namespace.meta().deletion_timestamp.is_some(),
-        };
+        let state = NamespaceState::of(&namespace);
         let gpus_in_use = cached(&self.quotas, Some(&ns), TENANT_QUOTA)
             .map(|rq| gpus_used(&rq))
             .unwrap_or(0);
-        let pod_list = in_namespace(&self.pods, &ns);
+        let pod_list: Vec<Pod> = in_namespace(&self.pods, &ns)
+            .iter()
+            .map(|p| (**p).clone())
+            .collect();
         let pods = pod_list.len();
-        let gpus_by_type = self.gpus_by_type(&pod_list);
+        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let gpus_by_type = gpus_by_product(&pod_list, &node_products(&nodes));
         let jobs = in_namespace(&self.jobs, &ns).len();
         let ai_jobs = in_namespace(&self.ai_jobs, &ns).len();
         let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);

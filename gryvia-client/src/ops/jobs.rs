@@ -89,27 +89,12 @@ pub async fn pending(client: &kube::Client, namespace: Option<&str>) -> Result<V
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let mut jobs: Vec<GryviaAIJob> = api
+    let jobs = api
         .list(&ListParams::default())
         .await
         .map_err(api_err("list GryviaAIJobs"))?
-        .items
-        .into_iter()
-        .filter(|j| {
-            matches!(
-                j.status.as_ref().and_then(|s| s.phase),
-                None | Some(gryvia_types::JobPhase::Pending)
-            )
-        })
-        .collect();
-    jobs.sort_by_key(|j| {
-        (
-            std::cmp::Reverse(j.spec.priority),
-            j.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            j.name_any(),
-        )
-    });
-    Ok(jobs)
+        .items;
+    Ok(gryvia_reconcile::aijob::pending_queue(jobs))
 }
 
 /// Reads a template and renders it into the job `name` (or a generated name) in `namespace`.

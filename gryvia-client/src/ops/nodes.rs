@@ -5,77 +5,16 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use gryvia_reconcile::Eviction;
-use gryvia_reconcile::health::{DrainPlan, NodeInfo, PdbInfo, PodInfo, drain_plan};
-use gryvia_types::labels;
+use gryvia_reconcile::health::{DrainPlan, PdbInfo, PodInfo, drain_plan};
+use gryvia_reconcile::{Eviction, maintenance};
 use gryvia_types::{GryviaGpuNode, GryviaHealthCheck};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use crate::apply::Executor;
 use crate::{Error, Result, api_err};
-
-/// What the health policy needs to know about a Node.
-pub fn node_info(node: &Node) -> NodeInfo {
-    let spec = node.spec.as_ref();
-    let gpu_capacity = node
-        .status
-        .as_ref()
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get(labels::NVIDIA_GPU_RESOURCE))
-        .and_then(|q| q.0.parse().ok())
-        .unwrap_or(0);
-    NodeInfo {
-        name: node.name_any(),
-        labels: node.labels().clone(),
-        gpu_capacity,
-        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        quarantined_by: spec
-            .and_then(|s| s.taints.as_ref())
-            .and_then(|ts| {
-                ts.iter()
-                    .find(|t| t.key == labels::GPU_UNHEALTHY_TAINT && t.effect == "NoSchedule")
-            })
-            .map(|t| t.value.clone().unwrap_or_default()),
-        maintenance: node.annotations().contains_key(labels::MAINTENANCE),
-    }
-}
-
-/// What a drain needs to know about a Pod.
-pub fn pod_info(pod: &Pod) -> PodInfo {
-    PodInfo {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
-        labels: pod.labels().clone(),
-        owner_kind: pod
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.kind.clone()),
-        mirror: pod
-            .annotations()
-            .contains_key("kubernetes.io/config.mirror"),
-        phase: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default(),
-        terminating: pod.meta().deletion_timestamp.is_some(),
-    }
-}
-
-/// What a drain needs to know about a PodDisruptionBudget.
-pub fn pdb_info(pdb: &PodDisruptionBudget) -> PdbInfo {
-    PdbInfo {
-        namespace: pdb.namespace().unwrap_or_default(),
-        name: pdb.name_any(),
-        selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
-        disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
-    }
-}
 
 /// The pods on `node` and the PodDisruptionBudgets of their namespaces.
 ///
@@ -91,7 +30,7 @@ pub async fn pods_and_budgets(
         .map_err(api_err(format!("list pods on node {node}")))?
         .items
         .iter()
-        .map(pod_info)
+        .map(PodInfo::of)
         .collect();
     let namespaces: BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     let mut pdbs = Vec::new();
@@ -103,7 +42,7 @@ pub async fn pods_and_budgets(
                 .map_err(api_err(format!("list pod disruption budgets in {ns}")))?
                 .items
                 .iter()
-                .map(pdb_info),
+                .map(PdbInfo::of),
         );
     }
     Ok((pods, pdbs))
@@ -112,8 +51,9 @@ pub async fn pods_and_budgets(
 /// Field manager of node changes made by the CLI.
 pub const MAINTENANCE_MANAGER: &str = super::CLI_MANAGER;
 
-/// Puts `node` into maintenance: annotates it with the reason and cordons it. Returns whether
-/// the node was schedulable before (then `end_maintenance` uncordons it).
+/// Puts `node` into maintenance: annotates it with the reason and cordons it
+/// (`gryvia_reconcile::maintenance::start`). Returns whether the node was schedulable before
+/// (then `end_maintenance` uncordons it).
 ///
 /// # Errors
 /// [`Error::Api`] when the node cannot be read or patched (404 names the node).
@@ -123,32 +63,18 @@ pub async fn start_maintenance(client: &kube::Client, node: &str, reason: &str) 
         .get(node)
         .await
         .map_err(api_err(format!("read node {node}")))?;
-    let was_schedulable = !current
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let already = current
-        .annotations()
-        .get(labels::MAINTENANCE_CORDONED)
-        .is_some_and(|v| v == "true");
-    let patch = json!({
-        "metadata": { "annotations": {
-            labels::MAINTENANCE: reason,
-            labels::MAINTENANCE_CORDONED: if was_schedulable || already { "true" } else { "false" },
-        }},
-        "spec": { "unschedulable": true }
-    });
+    let start = maintenance::start(&current, reason);
     nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(node, &PatchParams::default(), &Patch::Merge(&start.patch()))
         .await
         .map_err(api_err(format!("cordon node {node}")))?;
-    Ok(was_schedulable)
+    Ok(start.was_schedulable)
 }
 
-/// Ends maintenance of `node`: removes the annotations and uncordons the node when maintenance
-/// cordoned it, and removes the `gryvia.io/gpu-unhealthy` taint (a human returning the node to
-/// service after repairing it). Returns what was done, one line each.
+/// Ends maintenance of `node` (`gryvia_reconcile::maintenance::end`): removes the annotations,
+/// uncordons the node when maintenance cordoned it, and removes the `gryvia.io/gpu-unhealthy`
+/// taint (a human returning the node to service after repairing it). Returns what was done,
+/// one line each.
 ///
 /// # Errors
 /// [`Error::Api`] when the node cannot be read or patched.
@@ -158,42 +84,12 @@ pub async fn end_maintenance(client: &kube::Client, node: &str) -> Result<Vec<St
         .get(node)
         .await
         .map_err(api_err(format!("read node {node}")))?;
-    let mut done = Vec::new();
-    let cordoned_by_us = current
-        .annotations()
-        .get(labels::MAINTENANCE_CORDONED)
-        .is_none_or(|v| v == "true");
-    let info = node_info(&current);
-    let mut taints = current
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let before = taints.len();
-    taints.retain(|t| t.key != labels::GPU_UNHEALTHY_TAINT);
-    if taints.len() != before {
-        done.push(format!(
-            "removed taint {}={}",
-            labels::GPU_UNHEALTHY_TAINT,
-            info.quarantined_by.unwrap_or_default()
-        ));
-    }
-    let uncordon = info.unschedulable && cordoned_by_us;
-    if uncordon {
-        done.push("uncordoned".to_owned());
-    }
-    let patch = json!({
-        "metadata": {
-            "resourceVersion": current.resource_version(),
-            "annotations": { labels::MAINTENANCE: null, labels::MAINTENANCE_CORDONED: null }
-        },
-        "spec": { "taints": taints, "unschedulable": if uncordon { false } else { info.unschedulable } }
-    });
+    let end = maintenance::end(&current);
     nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(node, &PatchParams::default(), &Patch::Merge(&end.patch()))
         .await
         .map_err(api_err(format!("update node {node}")))?;
-    Ok(done)
+    Ok(end.done)
 }
 
 /// Progress of a drain, reported after every round.

@@ -56,22 +56,13 @@ pub async fn budgets_of(
     client: &kube::Client,
     tenant: &str,
 ) -> Result<Vec<gryvia_types::GryviaBudget>> {
-    use gryvia_types::BudgetScopeType;
-    let api: Api<gryvia_types::GryviaBudget> = Api::all(client.clone());
-    let mut items: Vec<_> = api
+    let all = Api::<gryvia_types::GryviaBudget>::all(client.clone())
         .list(&ListParams::default())
         .await
         .map_err(api_err("list budgets"))?
-        .items
+        .items;
+    Ok(gryvia_reconcile::budget::budgets_of_tenant(&all, tenant)
         .into_iter()
-        .filter(|b| {
-            b.spec.scope.name == tenant
-                && matches!(
-                    b.spec.scope.type_,
-                    BudgetScopeType::Team | BudgetScopeType::Tenant
-                )
-        })
-        .collect();
-    items.sort_by_key(ResourceExt::name_any);
-    Ok(items)
+        .cloned()
+        .collect())
 }
