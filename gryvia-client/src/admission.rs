@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::{get, post};
 use base64::Engine;
-use futures::StreamExt;
 use gryvia_reconcile::admission::{
     AdmissionWorld, BlockedBudget, Decision, GpuQuota, ReservationFacts, TemplateState,
     TenantFacts, mutate_job, validate_job,
@@ -25,10 +24,9 @@ use gryvia_types::{
     labels,
 };
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -52,46 +50,22 @@ pub struct Caches {
     budgets: Store<GryviaBudget>,
 }
 
-fn cache<K>(api: Api<K>) -> (Store<K>, futures::future::BoxFuture<'static, ()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let fut = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
-    (store, Box::pin(fut))
-}
-
 impl Caches {
-    /// Starts the watches (on the current runtime) and returns their caches.
+    /// Starts the watches (on the current runtime, with [`crate::cache::Caches`]: one per
+    /// kind, as the controllers' caches) and returns their stores.
     pub fn start(client: &kube::Client) -> Self {
-        let (namespaces, a) = cache(Api::<Namespace>::all(client.clone()));
-        let (tenants, b) = cache(Api::<GryviaTenant>::all(client.clone()));
-        let (skus, c) = cache(Api::<GryviaGpuSku>::all(client.clone()));
-        let (quotas, d) = cache(Api::<ResourceQuota>::all(client.clone()));
-        let (templates, e) = cache(Api::<GryviaTemplate>::all(client.clone()));
-        let (reservations, f) = cache(Api::<GryviaReservation>::all(client.clone()));
-        let (budgets, g) = cache(Api::<GryviaBudget>::all(client.clone()));
-        for fut in [a, b, c, d, e, f, g] {
-            tokio::spawn(fut);
-        }
-        Caches {
-            namespaces,
-            tenants,
-            skus,
-            quotas,
-            templates,
-            reservations,
-            budgets,
-        }
+        let caches = crate::cache::Caches::new(client.clone());
+        let stores = Caches {
+            namespaces: caches.store(),
+            tenants: caches.store(),
+            skus: caches.store(),
+            quotas: caches.store(),
+            templates: caches.store(),
+            reservations: caches.store(),
+            budgets: caches.store(),
+        };
+        tokio::spawn(caches.run());
+        stores
     }
 
     /// Waits until every cache has its first full list, or `timeout` passes.

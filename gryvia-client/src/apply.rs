@@ -248,7 +248,8 @@ impl Executor {
             self.apply_status(owner, status).await?;
         }
         if !plan.notifications.is_empty() {
-            crate::webhook::deliver_all(&self.client, &plan.notifications).await?;
+            let deliveries = self.deliver(&plan.notifications).await;
+            crate::webhook::first_failure(&plan.notifications, &deliveries)?;
         }
         Ok(outcome)
     }
@@ -287,6 +288,33 @@ impl Executor {
             }
         }
         Ok(outcome)
+    }
+
+    /// Delivers `notifications` (signed webhooks), each once, and returns what came of each
+    /// in order; logs every outcome. A dry-run executor logs them and delivers none (the
+    /// result is then empty).
+    pub async fn deliver(
+        &self,
+        notifications: &[gryvia_reconcile::Notification],
+    ) -> Vec<gryvia_reconcile::Delivery> {
+        if self.dry_run {
+            for n in notifications {
+                info!(url = %n.url, id = %n.id, "dry run: would notify");
+            }
+            return Vec::new();
+        }
+        let deliveries = crate::webhook::deliver_each(&self.client, notifications).await;
+        for (n, d) in notifications.iter().zip(&deliveries) {
+            match d.failure() {
+                None => {
+                    info!(id = %d.id, url = %n.url, status = ?d.status, "notification delivered")
+                }
+                Some(reason) => {
+                    warn!(id = %d.id, url = %n.url, %reason, "notification not delivered")
+                }
+            }
+        }
+        deliveries
     }
 
     async fn apply_child<K>(&self, owner: &K, child: &Child) -> Result<()>

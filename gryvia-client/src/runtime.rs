@@ -131,20 +131,6 @@ impl<R, O> Context<R, O> {
     }
 }
 
-impl<R: Reconcile, O> Context<R, O> {
-    /// A shared context whose executor talks through `client` under the reconciler's name
-    /// (one field manager per controller).
-    pub fn for_client(
-        reconciler: R,
-        observer: O,
-        client: &kube::Client,
-        metrics: Metrics,
-    ) -> Arc<Self> {
-        let executor = Executor::new(client.clone(), reconciler.name());
-        Arc::new(Context::new(reconciler, observer, executor, metrics))
-    }
-}
-
 fn key_of<K: Resource>(obj: &K) -> String {
     format!(
         "{}/{}",
@@ -228,20 +214,9 @@ where
     } else {
         ctx.reconciler.reconcile(obj, &world, now)
     };
-    // Notifications go first, so the status written below can say what came of them. A dry
-    // run sends none (the Plan's summary lists them).
-    let notifications = if ctx.executor.is_dry_run() {
-        Vec::new()
-    } else {
-        std::mem::take(&mut plan.notifications)
-    };
-    let deliveries = crate::webhook::deliver_each(ctx.executor.client(), &notifications).await;
-    for (n, d) in notifications.iter().zip(&deliveries) {
-        match d.failure() {
-            None => info!(id = %d.id, url = %n.url, status = ?d.status, "notification delivered"),
-            Some(reason) => warn!(id = %d.id, url = %n.url, %reason, "notification not delivered"),
-        }
-    }
+    // Notifications go first, so the status written below can say what came of them.
+    let notifications = std::mem::take(&mut plan.notifications);
+    let deliveries = ctx.executor.deliver(&notifications).await;
     let recorded = deliveries.is_empty()
         || ctx
             .reconciler
@@ -355,16 +330,6 @@ pub struct LeaseSettings {
 /// A set of controllers to run while leading: called each time leadership is acquired.
 pub type Controllers = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
-/// Several sets of controllers run as one (all of them each time leadership is acquired).
-pub fn join(sets: Vec<Controllers>) -> Controllers {
-    Box::new(move || -> BoxFuture<'static, ()> {
-        let running: Vec<BoxFuture<'static, ()>> = sets.iter().map(|start| start()).collect();
-        Box::pin(async move {
-            futures::future::join_all(running).await;
-        })
-    })
-}
-
 /// Runs `controllers` only while this replica holds the Lease; without `lease` (leader
 /// election disabled) runs them directly. Marks `health` ready once started.
 ///
@@ -429,25 +394,7 @@ async fn lease_task_ended(
     }
 }
 
-/// A controller of every `K` that its own status writes do not trigger: only changes that
-/// pass [`spec_or_lifecycle`] start a reconcile. Returns the controller and the watch cache
-/// of `K` it fills (for observers and mappers that need all objects).
-pub fn spec_controller<K>(api: Api<K>) -> (Controller<K>, kube::runtime::reflector::Store<K>)
-where
-    K: Managed,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
-    let (store, writer) = kube::runtime::reflector::store();
-    let events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(spec_or_lifecycle, PredicateConfig::default());
-    (Controller::for_stream(events, store.clone()), store)
-}
-
-/// A predicate for `predicate_filter`: changes of the spec (generation), the finalizers or the
+/// A key for [`crate::controllers::changed`] (and kube's `predicate_filter`): changes of the spec (generation), the finalizers or the
 /// deletion timestamp pass; status-only updates (the controller's own writes) do not.
 pub fn spec_or_lifecycle<K: Resource>(obj: &K) -> Option<u64> {
     use std::hash::Hasher;

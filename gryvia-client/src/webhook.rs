@@ -141,16 +141,6 @@ pub async fn deliver_each(client: &kube::Client, notifications: &[Notification])
     out
 }
 
-/// Delivers every notification of a Plan; a delivery without a 2xx answer is an error (the
-/// reconcile is retried, so delivery is at least once).
-///
-/// # Errors
-/// [`Error::Webhook`] for the first delivery that failed.
-pub async fn deliver_all(client: &kube::Client, notifications: &[Notification]) -> Result<()> {
-    let deliveries = deliver_each(client, notifications).await;
-    first_failure(notifications, &deliveries)
-}
-
 /// The first delivery that did not succeed, as an error naming its URL.
 ///
 /// # Errors

@@ -349,6 +349,28 @@ pub fn render(
     })
 }
 
+/// Renders `template` into a job named `name`, or, without a name, one the API server names
+/// from the template's (`generateName`: its first 45 characters and a dash, so the generated
+/// name stays within the 52 characters of a job name).
+///
+/// # Errors
+/// What [`render`] returns.
+pub fn instantiate(
+    template: &GryviaTemplate,
+    name: Option<&str>,
+    namespace: &str,
+    given: &BTreeMap<String, String>,
+) -> Result<GryviaAIJob, RenderError> {
+    let mut job = render(template, name.unwrap_or(""), namespace, given)?;
+    if name.is_none() {
+        let tpl_name = template.metadata.name.as_deref().unwrap_or("");
+        let prefix: String = tpl_name.chars().take(45).collect();
+        job.metadata.name = None;
+        job.metadata.generate_name = Some(format!("{}-", prefix.trim_end_matches('-')));
+    }
+    Ok(job)
+}
+
 /// What the template reconcile knows: how many jobs carry its label.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

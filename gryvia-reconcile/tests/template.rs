@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use gryvia_reconcile::priority::{ObservedClass, PriorityReconciler, PriorityWorld};
-use gryvia_reconcile::template::{TemplateReconciler, TemplateWorld, render, validate};
+use gryvia_reconcile::template::{
+    TemplateReconciler, TemplateWorld, instantiate, render, validate,
+};
 use gryvia_reconcile::{Reconcile, plan::ObjectRef};
 use gryvia_types::{GryviaPriority, GryviaTemplate};
 use serde_json::json;
@@ -78,6 +80,23 @@ fn the_guide_template_renders_into_a_job_with_placeholders_filled_and_old_resour
     assert_eq!(r.name, "my-training-template");
     assert_eq!(r.parameters["batchSize"], "64");
     assert_eq!(r.parameters["version"], "v1", "defaults are recorded too");
+}
+
+#[test]
+fn a_job_without_a_name_is_named_by_the_api_server_after_its_template() {
+    let p = params(&[("dataPath", "/datasets/imagenet")]);
+    let named = instantiate(&guide_template(), Some("run-1"), "team-a", &p).unwrap();
+    assert_eq!(named.metadata.name.as_deref(), Some("run-1"));
+    assert_eq!(named.metadata.generate_name, None);
+    let mut long = guide_template();
+    long.metadata.name = Some(format!("{}-x", "t".repeat(44)));
+    let unnamed = instantiate(&long, None, "team-a", &p).unwrap();
+    assert_eq!(unnamed.metadata.name, None);
+    // 45 characters, the dash they end with trimmed, then the API server's dash.
+    assert_eq!(
+        unnamed.metadata.generate_name,
+        Some(format!("{}-", "t".repeat(44)))
+    );
 }
 
 #[test]

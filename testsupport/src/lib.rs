@@ -45,6 +45,29 @@ pub fn required() -> bool {
     std::env::var("GRYVIA_E2E").is_ok_and(|v| v == "1" || v == "true")
 }
 
+/// Runs `binary` (from `env!("CARGO_BIN_EXE_...")`) with `args` against the test control plane
+/// (its admin `KUBECONFIG`): whether it succeeded, its standard output and its standard error.
+///
+/// # Panics
+/// When there is no control plane or the binary cannot be run.
+pub async fn run_binary(binary: &str, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = match cluster() {
+        Cluster::Ready { kubeconfig } => kubeconfig,
+        Cluster::Skip(r) => panic!("{r}"),
+    };
+    let out = tokio::process::Command::new(binary)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {binary}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A name for a test's object: `prefix`, a dash and six hex digits from the clock (distinct
 /// between calls of one run, short enough for names derived from it).
 pub fn unique(prefix: &str) -> String {
@@ -269,6 +292,19 @@ fn rand_suffix() -> u32 {
             .unwrap_or_default(),
     );
     h.finish() as u32
+}
+
+/// Runs `cleanup` with a client for the test control plane, on a thread with a runtime of its
+/// own: for a guard's `Drop`, which cannot await, and whose test's runtime may be gone (also
+/// after a panic). Does nothing without a control plane.
+pub fn on_drop<F, Fut>(cleanup: F)
+where
+    F: FnOnce(kube::Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    if let Cluster::Ready { kubeconfig } = cluster() {
+        clean_up(kubeconfig, cleanup);
+    }
 }
 
 /// Runs `cleanup` with a client of its own, on a thread with a runtime of its own: `Drop`

@@ -44,18 +44,9 @@ struct WebhookCleanup(String);
 impl Drop for WebhookCleanup {
     fn drop(&mut self) {
         let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Some(c) = gryvia_testsupport::client().await {
-                    let _ = gryvia_client::admission::unregister(&c, &name).await;
-                }
-            });
-        })
-        .join();
+        gryvia_testsupport::on_drop(move |c| async move {
+            let _ = gryvia_client::admission::unregister(&c, &name).await;
+        });
     }
 }
 

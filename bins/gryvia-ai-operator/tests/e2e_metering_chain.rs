@@ -36,26 +36,6 @@ fn quota_operator_binary() -> PathBuf {
     path
 }
 
-/// Runs `cleanup` with a client of its own on a thread of its own (`Drop` cannot await).
-fn on_drop<F, Fut>(cleanup: F)
-where
-    F: FnOnce(kube::Client) -> Fut + Send + 'static,
-    Fut: Future<Output = ()>,
-{
-    let _ = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            if let Some(client) = gryvia_testsupport::client().await {
-                cleanup(client).await;
-            }
-        });
-    })
-    .join();
-}
-
 /// The test's cluster-scoped objects, deleted when dropped (also when the test panics).
 struct ClusterObjects {
     sku: String,
@@ -72,7 +52,7 @@ impl Drop for ClusterObjects {
             self.records.clone(),
             self.webhook.clone(),
         );
-        on_drop(|client| async move {
+        gryvia_testsupport::on_drop(|client| async move {
             let dp = DeleteParams::default();
             let _ = gryvia_client::admission::unregister(&client, &webhook).await;
             let _ = Api::<GryviaBudget>::all(client.clone())
@@ -97,7 +77,7 @@ struct JobFinalizers(String);
 impl Drop for JobFinalizers {
     fn drop(&mut self) {
         let ns = self.0.clone();
-        on_drop(|client| async move {
+        gryvia_testsupport::on_drop(|client| async move {
             let jobs: Api<GryviaAIJob> = Api::namespaced(client, &ns);
             for j in jobs
                 .list(&ListParams::default())

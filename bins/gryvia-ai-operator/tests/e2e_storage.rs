@@ -20,20 +20,11 @@ struct VolumeCleanup(String);
 impl Drop for VolumeCleanup {
     fn drop(&mut self) {
         let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Some(client) = gryvia_testsupport::client().await {
-                    let _ = Api::<PersistentVolume>::all(client)
-                        .delete(&name, &DeleteParams::background())
-                        .await;
-                }
-            });
-        })
-        .join();
+        gryvia_testsupport::on_drop(move |client| async move {
+            let _ = Api::<PersistentVolume>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
     }
 }
 

@@ -75,27 +75,18 @@ struct TenantCleanup(String);
 impl Drop for TenantCleanup {
     fn drop(&mut self) {
         let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Some(client) = gryvia_testsupport::client().await {
-                    let tenants = Api::<GryviaTenant>::all(client.clone());
-                    let _ = tenants.delete(&name, &DeleteParams::default()).await;
-                    // The operator (still running) removes its finalizer.
-                    let _ = wait_for("the tenant to go", Duration::from_secs(30), || async {
-                        matches!(tenants.get_opt(&name).await, Ok(None)).then_some(())
-                    })
-                    .await;
-                    let _ = Api::<Namespace>::all(client)
-                        .delete(&format!("tenant-{name}"), &DeleteParams::background())
-                        .await;
-                }
-            });
-        })
-        .join();
+        gryvia_testsupport::on_drop(move |client| async move {
+            let tenants = Api::<GryviaTenant>::all(client.clone());
+            let _ = tenants.delete(&name, &DeleteParams::default()).await;
+            // The operator (still running) removes its finalizer.
+            let _ = wait_for("the tenant to go", Duration::from_secs(30), || async {
+                matches!(tenants.get_opt(&name).await, Ok(None)).then_some(())
+            })
+            .await;
+            let _ = Api::<Namespace>::all(client)
+                .delete(&format!("tenant-{name}"), &DeleteParams::background())
+                .await;
+        });
     }
 }
 

@@ -11,21 +11,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 async fn gryvia(args: &[&str]) -> (bool, String, String) {
-    let kubeconfig = match gryvia_testsupport::cluster() {
-        gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
-        gryvia_testsupport::Cluster::Skip(r) => panic!("{r}"),
-    };
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gryvia"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    gryvia_testsupport::run_binary(env!("CARGO_BIN_EXE_gryvia"), args).await
 }
 
 /// The ai-operator's controllers, in this process, for as long as the guard lives.

@@ -16,15 +16,10 @@ use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Running, Shared, cached, changed};
+use super::{Running, Shared, cached, changed, managed_selector};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
-
-/// The label selector of the children Gryvia manages.
-pub fn managed_selector() -> String {
-    format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE)
-}
 
 /// Observes an AI job: its batch Job, its pods, their nodes and its PriorityClass.
 pub struct AIJobObserver {

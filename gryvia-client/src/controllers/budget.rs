@@ -11,7 +11,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::predicates;
 use kube::runtime::reflector::Store;
 
-use super::{Running, Shared, all_of, changed};
+use super::{Running, Shared, all_of, changed, in_namespace, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -37,9 +37,7 @@ impl Observe for BudgetObserver {
     async fn observe(&self, _budget: &GryviaBudget) -> Result<BudgetWorld> {
         wait_ready(&self.records, "GryviaUsageRecord").await?;
         wait_ready(&self.skus, "GryviaGpuSku").await?;
-        let mut records: Vec<GryviaUsageRecord> =
-            self.records.state().iter().map(|r| (**r).clone()).collect();
-        records.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let records = owned(&in_namespace(&self.records, None));
         Ok(BudgetWorld {
             records,
             skus: catalogue(&self.skus),

@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 
-use super::{Running, Shared, all_of, changed};
+use super::{Running, Shared, all_of, changed, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -98,9 +98,7 @@ impl Observe for HealthObserver {
         } else {
             (BTreeMap::new(), Vec::new())
         };
-        let checks: Vec<GryviaHealthCheck> =
-            self.checks.state().iter().map(|c| (**c).clone()).collect();
-        let remediating_elsewhere = remediating_elsewhere(&checks, &name);
+        let remediating_elsewhere = remediating_elsewhere(&owned(&self.checks.state()), &name);
         Ok(HealthWorld {
             nodes,
             gpu_nodes,

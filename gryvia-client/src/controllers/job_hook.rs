@@ -12,7 +12,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, changed, in_namespace};
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
 use crate::{Result, api_err};
@@ -62,20 +62,6 @@ impl Observe for HookObserver {
         };
         Ok(HookWorld { subjects, secret })
     }
-}
-
-/// The objects of `store` in `namespace`, sorted by name.
-fn in_namespace<K>(store: &Store<K>, namespace: Option<&str>) -> Vec<Arc<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    let mut out: Vec<Arc<K>> = store
-        .state()
-        .into_iter()
-        .filter(|o| o.meta().namespace.as_deref() == namespace)
-        .collect();
-    out.sort_by_key(|o| o.name_any());
-    out
 }
 
 /// Every hook of the namespace of `object` (a job or workflow changed: each hook decides

@@ -11,7 +11,7 @@ use kube::runtime::reflector::Store;
 
 use super::aijob::pods_of_job;
 use super::budget::catalogue;
-use super::{Running, Shared, cached};
+use super::{Running, Shared, cached, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run};
@@ -38,10 +38,7 @@ impl Observe for MeteringObserver {
         let ns = job.namespace().unwrap_or_default();
         let tenant = cached(&self.namespaces, None, &ns)
             .and_then(|n| n.labels().get(labels::TENANT).cloned());
-        let pods: Vec<Pod> = pods_of_job(&self.pods, &ns, &job.name_any())
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
+        let pods: Vec<Pod> = owned(&pods_of_job(&self.pods, &ns, &job.name_any()));
         let nodes: Vec<Node> = pods
             .iter()
             .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())

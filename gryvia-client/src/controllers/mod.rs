@@ -127,3 +127,31 @@ where
         None => r,
     })
 }
+
+/// The objects of `store` in `namespace` (`None`: cluster-scoped), sorted by name.
+pub fn in_namespace<K>(store: &Store<K>, namespace: Option<&str>) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut out: Vec<Arc<K>> = store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == namespace)
+        .collect();
+    out.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    out
+}
+
+/// Copies of the objects `objects` (for pure functions that take plain slices).
+pub fn owned<K: Clone>(objects: &[Arc<K>]) -> Vec<K> {
+    objects.iter().map(|o| (**o).clone()).collect()
+}
+
+/// The label selector of the children Gryvia manages.
+pub fn managed_selector() -> String {
+    format!(
+        "{}={}",
+        gryvia_types::labels::MANAGED_BY,
+        gryvia_types::labels::MANAGED_BY_VALUE
+    )
+}

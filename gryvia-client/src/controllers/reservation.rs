@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, changed, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -30,9 +30,10 @@ impl Observe for ReservationObserver {
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.pods, "Pod").await?;
         // `ReservationWorld::of` counts only the pods that hold GPUs (bound, not finished).
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
-        let pods: Vec<Pod> = self.pods.state().iter().map(|p| (**p).clone()).collect();
-        Ok(ReservationWorld::of(&nodes, &pods))
+        Ok(ReservationWorld::of(
+            &owned(&self.nodes.state()),
+            &owned(&self.pods.state()),
+        ))
     }
 }
 

@@ -14,12 +14,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 
-use super::aijob::managed_selector;
-use super::{Running, Shared, cached, changed};
+use super::{Running, Shared, cached, changed, in_namespace, managed_selector, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, cluster_owner, run, spec_or_lifecycle};
@@ -68,18 +67,6 @@ impl TenantObserver {
     }
 }
 
-/// The objects of `store` in namespace `ns`.
-fn in_namespace<K>(store: &Store<K>, ns: &str) -> Vec<Arc<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    store
-        .state()
-        .into_iter()
-        .filter(|o| o.meta().namespace.as_deref() == Some(ns))
-        .collect()
-}
-
 #[async_trait::async_trait]
 impl Observe for TenantObserver {
     type Object = GryviaTenant;
@@ -111,15 +98,12 @@ impl Observe for TenantObserver {
         let gpus_in_use = cached(&self.quotas, Some(&ns), TENANT_QUOTA)
             .map(|rq| gpus_used(&rq))
             .unwrap_or(0);
-        let pod_list: Vec<Pod> = in_namespace(&self.pods, &ns)
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
+        let pod_list: Vec<Pod> = owned(&in_namespace(&self.pods, Some(&ns)));
         let pods = pod_list.len();
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let nodes: Vec<Node> = owned(&self.nodes.state());
         let gpus_by_type = gpus_by_product(&pod_list, &node_products(&nodes));
-        let jobs = in_namespace(&self.jobs, &ns).len();
-        let ai_jobs = in_namespace(&self.ai_jobs, &ns).len();
+        let jobs = in_namespace(&self.jobs, Some(&ns)).len();
+        let ai_jobs = in_namespace(&self.ai_jobs, Some(&ns)).len();
         let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
         Ok(TenantWorld {
             tenants,

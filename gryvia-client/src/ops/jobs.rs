@@ -114,14 +114,8 @@ pub async fn render_template(
         .await
         .map_err(api_err(format!("read GryviaTemplate {template}")))?
         .ok_or_else(|| crate::Error::Invalid(format!("template {template} does not exist")))?;
-    let mut job = gryvia_reconcile::template::render(&tpl, name.unwrap_or(""), namespace, params)
-        .map_err(|e| crate::Error::Invalid(format!("template {template}: {e}")))?;
-    if name.is_none() {
-        let prefix: String = template.chars().take(45).collect();
-        job.metadata.name = None;
-        job.metadata.generate_name = Some(format!("{}-", prefix.trim_end_matches('-')));
-    }
-    Ok(job)
+    gryvia_reconcile::template::instantiate(&tpl, name, namespace, params)
+        .map_err(|e| crate::Error::Invalid(format!("template {template}: {e}")))
 }
 
 /// Waits until the job finishes (Succeeded or Failed), calling `progress` with each new
