@@ -693,6 +693,35 @@ impl Process {
         Ok(Process { child })
     }
 
+    /// Starts a Gryvia operator `binary` the way the e2e tests run it: its `/metrics` on a free
+    /// loopback port (returned), its Lease in `lease_namespace` with a short lease (4 s, renewed
+    /// 1 s before expiry, so a standby takes over quickly), then `extra` arguments.
+    ///
+    /// # Errors
+    /// As [`Process::start`].
+    pub fn operator(
+        binary: &str,
+        lease_namespace: &str,
+        extra: &[&str],
+        kubeconfig: Option<&Path>,
+        log_name: &str,
+    ) -> Result<(Self, u16)> {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut args = vec![
+            "--metrics-addr",
+            addr.as_str(),
+            "--lease-namespace",
+            lease_namespace,
+            "--lease-duration",
+            "4",
+            "--lease-grace",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        Ok((Self::start(binary, &args, kubeconfig, log_name)?, port))
+    }
+
     /// Stops the process now (SIGKILL).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

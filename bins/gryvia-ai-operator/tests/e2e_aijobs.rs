@@ -7,14 +7,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
-use gryvia_testsupport::unique;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use gryvia_testsupport::{
     KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace,
-    wait_for,
+    unique, wait_for,
 };
 use gryvia_types::{FailureClass, GryviaAIJob, GryviaPriority, GryviaTemplate, JobPhase};
 use k8s_openapi::api::batch::v1::Job;

@@ -8,14 +8,12 @@
 //! (`cargo test --workspace` builds both; with `-p gryvia-ai-operator` build it first with
 //! `cargo build -p gryvia-quota-operator`).
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::{free_port, unique};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use gryvia_testsupport::{
-    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, wait_for,
+    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, free_port, unique,
+    wait_for,
 };
 use gryvia_types::{
     BudgetState, GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaUsageRecord, JobPhase,
@@ -152,24 +150,10 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
         .unwrap();
 
     // The operators.
-    let ops_args = |port: u16| {
-        vec![
-            "--metrics-addr".to_owned(),
-            format!("127.0.0.1:{port}"),
-            "--lease-namespace".to_owned(),
-            lease_ns.name.clone(),
-            "--lease-duration".to_owned(),
-            "4".to_owned(),
-            "--lease-grace".to_owned(),
-            "1".to_owned(),
-        ]
-    };
-    let mut quota_args = ops_args(free_port());
-    quota_args.push("--metering".to_owned());
-    let quota_args: Vec<&str> = quota_args.iter().map(String::as_str).collect();
-    let _quota_operator = Process::start(
+    let (_quota_operator, _) = Process::operator(
         quota_operator.to_str().unwrap(),
-        &quota_args,
+        &lease_ns.name,
+        &["--metering"],
         None,
         "quota-operator-chain",
     )
@@ -184,22 +168,22 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
     .await
     .unwrap();
     let hook_addr = format!("127.0.0.1:{}", free_port());
-    let mut ai_args = ops_args(free_port());
-    ai_args.extend([
-        "--webhook-addr".to_owned(),
-        hook_addr.clone(),
-        "--webhook-url".to_owned(),
-        format!("https://{hook_addr}"),
-        "--webhook-name".to_owned(),
-        objects.webhook.clone(),
-        "--webhook-namespace-selector".to_owned(),
-        format!("kubernetes.io/metadata.name={}", ns.name),
-        "--admission-gate".to_owned(),
-    ]);
-    let ai_args: Vec<&str> = ai_args.iter().map(String::as_str).collect();
-    let _ai_operator = Process::start(
+    let hook_url = format!("https://{hook_addr}");
+    let selector = format!("kubernetes.io/metadata.name={}", ns.name);
+    let (_ai_operator, _) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-ai-operator"),
-        &ai_args,
+        &lease_ns.name,
+        &[
+            "--webhook-addr",
+            &hook_addr,
+            "--webhook-url",
+            &hook_url,
+            "--webhook-name",
+            &objects.webhook,
+            "--webhook-namespace-selector",
+            &selector,
+            "--admission-gate",
+        ],
         Some(&access.kubeconfig),
         "ai-operator-chain",
     )

@@ -2,12 +2,9 @@
 //! of its controllers, and `/healthz` and `/readyz`, while it runs against a real control plane
 //! (testenv/).
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::{free_port, http_get, metric_sample, unique};
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, TestNamespace, http_get, metric_sample, unique, wait_for};
 use gryvia_types::{GryviaAIJob, GryviaTemplate, JobPhase};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -26,20 +23,10 @@ async fn the_ai_operator_serves_reconcile_counters_of_its_controllers_and_answer
     let ns = TestNamespace::create(&client, "aijob-metrics")
         .await
         .unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let _operator = Process::start(
+    let (_operator, port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-ai-operator"),
-        &[
-            "--metrics-addr",
-            &addr,
-            "--lease-namespace",
-            &lease_ns.name,
-            "--lease-duration",
-            "4",
-            "--lease-grace",
-            "1",
-        ],
+        &lease_ns.name,
+        &[],
         None,
         "ai-operator-metrics",
     )

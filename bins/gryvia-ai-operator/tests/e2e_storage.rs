@@ -3,12 +3,9 @@
 //! PersistentVolumeClaim, kube-controller-manager binds it to a PersistentVolume, the
 //! scheduler places the workers with it and every worker mounts it at `/data`.
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::{free_port, unique};
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, ServiceAccountAccess, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, ServiceAccountAccess, TestNamespace, unique, wait_for};
 use gryvia_types::{GryviaAIJob, JobPhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -67,19 +64,10 @@ async fn a_job_with_storage_gets_a_bound_claim_that_every_worker_mounts_at_data(
     )
     .await
     .unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _operator = Process::start(
+    let (_operator, _port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-ai-operator"),
-        &[
-            "--metrics-addr",
-            &addr,
-            "--lease-namespace",
-            &lease_ns.name,
-            "--lease-duration",
-            "4",
-            "--lease-grace",
-            "1",
-        ],
+        &lease_ns.name,
+        &[],
         Some(&access.kubeconfig),
         "ai-operator-storage",
     )

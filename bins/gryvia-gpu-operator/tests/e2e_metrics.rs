@@ -2,12 +2,11 @@
 //! reconcile counter of its health-check controller, and `/healthz` and `/readyz`, while it
 //! runs against a real control plane (testenv/).
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::{free_port, http_get, metric_sample, unique};
 use std::time::Duration;
 
-use gryvia_testsupport::{NODE_GROUP_LABEL, Process, TestNamespace, wait_for};
+use gryvia_testsupport::{
+    NODE_GROUP_LABEL, Process, TestNamespace, http_get, metric_sample, unique, wait_for,
+};
 use gryvia_types::GryviaHealthCheck;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -24,22 +23,11 @@ async fn the_gpu_operator_serves_the_reconcile_counter_of_its_health_checks_and_
     let lease_ns = TestNamespace::create(&client, "gpuop-metrics")
         .await
         .unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     // Evaluation only (no --gpu-remediation): it acts on no node of anyone's.
-    let _operator = Process::start(
+    let (_operator, port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-gpu-operator"),
-        &[
-            "--gpu-health",
-            "--metrics-addr",
-            &addr,
-            "--lease-namespace",
-            &lease_ns.name,
-            "--lease-duration",
-            "4",
-            "--lease-grace",
-            "1",
-        ],
+        &lease_ns.name,
+        &["--gpu-health"],
         None,
         "gpu-operator-metrics",
     )

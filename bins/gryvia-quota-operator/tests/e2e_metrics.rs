@@ -2,12 +2,9 @@
 //! counters of its controllers, and `/healthz` and `/readyz`, while it runs against a real
 //! control plane (testenv/).
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::{free_port, http_get, metric_sample, unique};
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, TestNamespace, http_get, metric_sample, unique, wait_for};
 use gryvia_types::{GryviaBudget, GryviaTenant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -22,20 +19,10 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         .await
         .unwrap();
     let lease_ns = TestNamespace::create(&client, "qop-metrics").await.unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let _operator = Process::start(
+    let (_operator, port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-quota-operator"),
-        &[
-            "--metrics-addr",
-            &addr,
-            "--lease-namespace",
-            &lease_ns.name,
-            "--lease-duration",
-            "4",
-            "--lease-grace",
-            "1",
-        ],
+        &lease_ns.name,
+        &[],
         None,
         "quota-operator-metrics",
     )

@@ -5,12 +5,11 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
-use gryvia_testsupport::unique;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use gryvia_testsupport::{TestNamespace, wait_for};
+use gryvia_testsupport::{TestNamespace, unique, wait_for};
 use gryvia_types::GryviaTenant;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};

@@ -8,10 +8,9 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
-use gryvia_testsupport::{free_port, unique};
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, TestNamespace, unique, wait_for};
 use gryvia_types::GryviaTenant;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, ResourceQuota};
@@ -39,22 +38,10 @@ impl Setup {
             .await
             .unwrap();
         let lease_ns = TestNamespace::create(&client, "qop-x").await.unwrap();
-        let port = free_port();
-        let mut args = vec![
-            "--metrics-addr".to_owned(),
-            format!("127.0.0.1:{port}"),
-            "--lease-namespace".to_owned(),
-            lease_ns.name.clone(),
-            "--lease-duration".to_owned(),
-            "4".to_owned(),
-            "--lease-grace".to_owned(),
-            "1".to_owned(),
-        ];
-        args.extend(flags.iter().map(|f| (*f).to_owned()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let operator = Process::start(
+        let (operator, _) = Process::operator(
             env!("CARGO_BIN_EXE_gryvia-quota-operator"),
-            &args,
+            &lease_ns.name,
+            flags,
             None,
             &format!("quota-operator-{log_name}"),
         )

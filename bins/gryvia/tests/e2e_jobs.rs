@@ -1,8 +1,6 @@
 //! End-to-end: `gryvia submit`, `status`, `queue`, `capacity` and `logs` against a real
 //! control plane (testenv/), with the ai-operator's controllers running in this process.
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
 use std::time::Duration;
 
 use gryvia_testsupport::{TestNamespace, wait_for};

@@ -2,12 +2,9 @@
 //! (testenv/), with the quota-operator's tenant controllers (`gryvia_client::controllers::{tenant, quota}`,
 //! what the `gryvia-quota-operator` binary runs) in this process.
 
-#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
-
-use gryvia_testsupport::unique;
 use std::time::Duration;
 
-use gryvia_testsupport::wait_for;
+use gryvia_testsupport::{unique, wait_for};
 use gryvia_types::GryviaTenant;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams};
