@@ -168,7 +168,7 @@ pub fn usage_record(
 /// Applies the record (not owned by the job: it outlives it).
 fn apply_record(plan: &mut Plan<GryviaAIJobStatus>, record: Option<GryviaUsageRecord>) {
     if let Some(r) = record {
-        plan.apply_built(Child::from_custom(&r).map(Child::unowned));
+        plan.apply_built(Child::from_resource(&r).map(Child::unowned));
     }
 }
 

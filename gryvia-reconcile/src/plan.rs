@@ -102,72 +102,37 @@ impl Child {
         self
     }
 
-    /// Builds a child from a typed Kubernetes object.
+    /// Builds a child from a typed object: a k8s-openapi kind or a Gryvia custom resource
+    /// (anything with a static group, version and kind).
     ///
     /// # Errors
     /// [`Error::Unnamed`] when the object has no name, [`Error::Serialize`] when it does not
     /// serialize.
     pub fn from_resource<K>(resource: &K) -> Result<Self>
     where
-        K: k8s_openapi::Resource
-            + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
-            + Serialize,
-    {
-        let meta = resource.metadata();
-        let name = meta
-            .name
-            .clone()
-            .ok_or_else(|| Error::Unnamed(K::KIND.to_owned()))?;
-        let mut object = serde_json::to_value(resource).map_err(|source| Error::Serialize {
-            kind: K::KIND.to_owned(),
-            name: name.clone(),
-            source,
-        })?;
-        if let Value::Object(map) = &mut object {
-            map.insert(
-                "apiVersion".to_owned(),
-                Value::String(K::API_VERSION.to_owned()),
-            );
-            map.insert("kind".to_owned(), Value::String(K::KIND.to_owned()));
-        }
-        Ok(Child {
-            object_ref: ObjectRef {
-                api_version: K::API_VERSION.to_owned(),
-                kind: K::KIND.to_owned(),
-                namespace: meta.namespace.clone(),
-                name,
-            },
-            object,
-            owned: true,
-        })
-    }
-}
-
-impl Child {
-    /// Builds a child from a Gryvia custom resource (a `kube::CustomResource`, which
-    /// serializes its own `apiVersion` and `kind`).
-    ///
-    /// # Errors
-    /// [`Error::Unnamed`] when the object has no name, [`Error::Serialize`] when it does not
-    /// serialize.
-    pub fn from_custom<K>(resource: &K) -> Result<Self>
-    where
         K: gryvia_types::core::Resource<DynamicType = ()> + Serialize,
     {
         let kind = K::kind(&()).into_owned();
+        let api_version = K::api_version(&()).into_owned();
         let meta = resource.meta();
         let name = meta
             .name
             .clone()
             .ok_or_else(|| Error::Unnamed(kind.clone()))?;
-        let object = serde_json::to_value(resource).map_err(|source| Error::Serialize {
+        let mut object = serde_json::to_value(resource).map_err(|source| Error::Serialize {
             kind: kind.clone(),
             name: name.clone(),
             source,
         })?;
+        // k8s-openapi kinds do not serialize their apiVersion and kind; custom resources do
+        // (the same values).
+        if let Value::Object(map) = &mut object {
+            map.insert("apiVersion".to_owned(), Value::String(api_version.clone()));
+            map.insert("kind".to_owned(), Value::String(kind.clone()));
+        }
         Ok(Child {
             object_ref: ObjectRef {
-                api_version: K::api_version(&()).into_owned(),
+                api_version,
                 kind,
                 namespace: meta.namespace.clone(),
                 name,
@@ -634,9 +599,9 @@ mod tests {
     }
 
     #[test]
-    fn a_custom_resource_child_carries_its_group_version_and_kind() {
+    fn a_custom_resource_child_carries_its_group_version_and_kind_too() {
         let job = gryvia_types::testing::ai_job("ns", "train", "img");
-        let child = Child::from_custom(&job).unwrap();
+        let child = Child::from_resource(&job).unwrap();
         assert_eq!(
             child.object_ref,
             ObjectRef::namespaced("gryvia.io/v1alpha1", "GryviaAIJob", "ns", "train")
@@ -644,7 +609,7 @@ mod tests {
         assert_eq!(child.object["kind"], "GryviaAIJob");
         let mut unnamed = job;
         unnamed.metadata.name = None;
-        assert!(Child::from_custom(&unnamed).is_err());
+        assert!(Child::from_resource(&unnamed).is_err());
     }
 
     #[test]

@@ -303,7 +303,7 @@ fn start_steps<'a>(
             continue;
         }
         match step_job(workflow, s, world) {
-            Ok(job) => match Child::from_custom(&job) {
+            Ok(job) => match Child::from_resource(&job) {
                 Ok(child) => out.started.push((s, child)),
                 Err(e) => {
                     plan.apply_built(Err(e));

@@ -82,6 +82,12 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
     .await
     .unwrap();
     assert!(text.contains("# TYPE gryvia_reconciles counter"), "{text}");
+    // Every request it sent, by verb and resource: its caches' watches among them.
+    assert!(
+        text.lines().any(|l| l
+            .starts_with(r#"gryvia_api_requests_total{verb="watch",resource="gryviatenants"}"#)),
+        "{text}"
+    );
     assert!(
         text.contains("# TYPE gryvia_reconcile_duration_seconds histogram"),
         "{text}"
