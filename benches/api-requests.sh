@@ -10,23 +10,31 @@
 # controller-manager, the scheduler, KWOK and this script, so compare it between runs of the
 # same scenario, not on its own). benches/README.md quotes the figures.
 #
-#   benches/api-requests.sh [OUT_DIR]
+#   benches/api-requests.sh [OUT_DIR] [BASE_REV]
+#
+# With BASE_REV (a commit that has the request counter, 9fe3653 or later) the same scenario
+# runs first on that commit's binaries (built in a worktree of their own), then on this tree's,
+# in one invocation, and a table compares the two.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${1:-/tmp/gryvia-api-requests}"
+base="${2:-}"
 mkdir -p "$out"
 export GRYVIA_TESTENV_DIR=/tmp/gryvia-bench-env
 export GRYVIA_TESTENV_APISERVER_PORT=17443 GRYVIA_TESTENV_ETCD_PORT=17379 \
   GRYVIA_TESTENV_KCM_PORT=17257 GRYVIA_TESTENV_SCHEDULER_PORT=17259 GRYVIA_TESTENV_KWOK_PORT=17247
 
-cargo build -q --workspace --all-features --bins
-BIN="$PWD/target/debug"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   testenv/down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+
+# measure BIN OUT: the scenario with the operators in BIN, figures into OUT.
+measure() {
+local BIN="$1" out="$2"
+mkdir -p "$out"
 testenv/down >/dev/null 2>&1 || true
 eval "$(testenv/up --nodes 4 --gpus-per-node 8 | tail -n 1)"
 source testenv/lib.sh
@@ -35,6 +43,7 @@ product="$(k get nodes -o jsonpath='{.items[0].metadata.labels.nvidia\.com/gpu\.
 "$BIN/gryvia" install >/dev/null
 
 k get --raw /metrics | grep '^apiserver_request_total' >"$out/apiserver-before.txt"
+pids=()
 
 start() { # start NAME PORT ARGS...
   local name="$1" port="$2"
@@ -176,6 +185,8 @@ def parse(path):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
             rows.append((m.group(1), labels, float(m.group(3))))
     return rows
+import json
+summary = {}
 total_req = total_rec = 0
 for op in ["quota-operator", "ai-operator", "gpu-operator"]:
     rows = parse(f"{out}/{op}.metrics")
@@ -188,6 +199,7 @@ for op in ["quota-operator", "ai-operator", "gpu-operator"]:
             req[(labels["verb"], labels["resource"])] += v
     r, q = sum(rec.values()), sum(req.values())
     total_req += q; total_rec += r
+    summary[op] = {"requests": int(q), "reconciles": int(r)}
     print(f"{op}: {int(r)} reconciles ({', '.join(f'{c} {int(n)}' for c, n in sorted(rec.items()))}), "
           f"{int(q)} API requests, {q / max(r, 1):.2f} per reconcile")
     by_verb = collections.Counter()
@@ -209,4 +221,42 @@ for (verb, _), v in delta.items():
     by_verb[verb] += v
 print(f"apiserver_request_total delta (all clients): {int(sum(delta.values()))}; by verb: "
       + ", ".join(f"{v} {int(n)}" for v, n in by_verb.most_common()))
+summary["all"] = {"requests": int(total_req), "reconciles": int(total_rec)}
+summary["apiserver"] = int(sum(delta.values()))
+json.dump(summary, open(f"{out}/summary.json", "w"))
 PY
+cleanup
+}
+
+if [[ -n "$base" ]]; then
+  # The base's binaries, built in the same target dir (dependencies shared), set aside before
+  # this tree's are built over them.
+  tree=/tmp/gryvia-api-requests-base
+  [[ -d "$tree" ]] || git worktree add -q --detach "$tree" "$base"
+  git -C "$tree" checkout -q --detach "$base"
+  CARGO_TARGET_DIR="$PWD/target" cargo build -q --manifest-path "$tree/Cargo.toml" \
+    --workspace --all-features --bins
+  mkdir -p "$out/base-bin"
+  for b in gryvia gryvia-quota-operator gryvia-ai-operator gryvia-gpu-operator; do
+    cp "target/debug/$b" "$out/base-bin/"
+  done
+fi
+cargo build -q --workspace --all-features --bins
+if [[ -n "$base" ]]; then
+  echo "== $(git rev-parse --short "$base") (base)"
+  measure "$out/base-bin" "$out/base"
+  echo "== this tree ($(git rev-parse --short HEAD))"
+fi
+measure "$PWD/target/debug" "$out/head"
+if [[ -n "$base" ]]; then
+  python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+b, h = (json.load(open(f"{out}/{r}/summary.json")) for r in ("base", "head"))
+print(f"{'':16} {'base':>26} {'this tree':>26}")
+for op in ["quota-operator", "ai-operator", "gpu-operator", "all"]:
+    cell = lambda s: f"{s[op]['requests']:>6} / {s[op]['reconciles']:>4} = {s[op]['requests'] / max(s[op]['reconciles'], 1):5.2f}"
+    print(f"{op:16} {cell(b):>26} {cell(h):>26}")
+print(f"{'apiserver delta':16} {b['apiserver']:>26} {h['apiserver']:>26}")
+PY
+fi
