@@ -13,8 +13,9 @@
 #   benches/api-requests.sh [OUT_DIR] [BASE_REV]
 #
 # With BASE_REV (a commit that has the request counter, 9fe3653 or later) the same scenario
-# runs first on that commit's binaries (built in a worktree of their own), then on this tree's,
-# in one invocation, and a table compares the two.
+# runs first on that commit's binaries (built in a worktree of their own, into
+# target/api-requests-base or $GRYVIA_BASE_TARGET_DIR), then on this tree's, in one invocation,
+# and a table compares the two.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${1:-/tmp/gryvia-api-requests}"
@@ -229,16 +230,18 @@ cleanup
 }
 
 if [[ -n "$base" ]]; then
-  # The base's binaries, built in the same target dir (dependencies shared), set aside before
-  # this tree's are built over them.
+  # The base's binaries, built from a worktree into a target dir of their own (a cold build
+  # the first time, incremental after): two checkouts of the same workspace crates must not
+  # share one, or each build's artifacts overwrite the other's.
   tree=/tmp/gryvia-api-requests-base
+  git worktree prune
   [[ -d "$tree" ]] || git worktree add -q --detach "$tree" "$base"
   git -C "$tree" checkout -q --detach "$base"
-  CARGO_TARGET_DIR="$PWD/target" cargo build -q --manifest-path "$tree/Cargo.toml" \
-    --workspace --all-features --bins
+  CARGO_TARGET_DIR="${GRYVIA_BASE_TARGET_DIR:-$PWD/target/api-requests-base}" \
+    cargo build -q --manifest-path "$tree/Cargo.toml" --workspace --all-features --bins
   mkdir -p "$out/base-bin"
   for b in gryvia gryvia-quota-operator gryvia-ai-operator gryvia-gpu-operator; do
-    cp "target/debug/$b" "$out/base-bin/"
+    cp "${GRYVIA_BASE_TARGET_DIR:-$PWD/target/api-requests-base}/debug/$b" "$out/base-bin/"
   done
 fi
 cargo build -q --workspace --all-features --bins

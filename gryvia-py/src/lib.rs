@@ -486,7 +486,8 @@ fn mutate_job(py: Python<'_>, job: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 }
 
 /// The AI job controller's Plan for `job` in `world` (keys of `AIJobWorld`: `job`, `pods`,
-/// `nodes`, `priorityClassExists`) at `now` (RFC 3339; the current time when omitted).
+/// `nodes`, `priorityClassExists`) at `now` (RFC 3339; the current time when omitted). An
+/// alias of `reconcile` for a GryviaAIJob.
 #[pyfunction]
 #[pyo3(signature = (job, world=None, now=None))]
 fn reconcile_job(
@@ -495,14 +496,13 @@ fn reconcile_job(
     world: Option<&Bound<'_, PyAny>>,
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
-    let world: gryvia_reconcile::aijob::AIJobWorld = match world {
-        Some(w) => typed(w, "world")?,
-        None => Default::default(),
-    };
-    out(
+    plan(
         py,
-        &gryvia_reconcile::aijob::AIJobReconciler.reconcile(&job, &world, parse_now(now)?),
+        &gryvia_reconcile::aijob::AIJobReconciler,
+        job,
+        "job",
+        world,
+        now,
     )
 }
 
@@ -584,6 +584,88 @@ fn world<W: serde::de::DeserializeOwned + Default>(w: Option<&Bound<'_, PyAny>>)
     }
 }
 
+/// The one path every pure reconciler takes from Python: the object and its world typed (and
+/// validated) from Python values, the Plan back as a dict. `what` names the object in errors.
+fn plan<R>(
+    py: Python<'_>,
+    reconciler: &R,
+    object: &Bound<'_, PyAny>,
+    what: &str,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+) -> PyResult<Py<PyAny>>
+where
+    R: Reconcile,
+    R::Object: serde::de::DeserializeOwned,
+    R::World: serde::de::DeserializeOwned + Default,
+    R::Status: serde::Serialize,
+{
+    let object: R::Object = typed(object, what)?;
+    let world: R::World = self::world(world)?;
+    out(py, &reconciler.reconcile(&object, &world, parse_now(now)?))
+}
+
+/// The kinds `reconcile` takes, in the order its error lists them.
+const RECONCILED_KINDS: [&str; 7] = [
+    "GryviaAIJob",
+    "GryviaBudget",
+    "GryviaHealthCheck",
+    "GryviaJobHook",
+    "GryviaQuota",
+    "GryviaTenant",
+    "GryviaWorkflow",
+];
+
+/// The Plan of the controller that owns `object`'s kind, for `object` in `world` (the keys of
+/// that controller's World) at `now`. `remediation` (`--gpu-remediation`) and `tenant_rbac`
+/// (`--tenant-rbac`) are the operator switches of the health and tenant controllers; they are
+/// ignored for other kinds. Raises `ValidationError` for a kind without a reconciler.
+#[pyfunction]
+#[pyo3(signature = (object, world=None, now=None, remediation=false, tenant_rbac=false))]
+fn reconcile(
+    py: Python<'_>,
+    object: &Bound<'_, PyAny>,
+    world: Option<&Bound<'_, PyAny>>,
+    now: Option<&str>,
+    remediation: bool,
+    tenant_rbac: bool,
+) -> PyResult<Py<PyAny>> {
+    use gryvia_reconcile::{aijob, budget, health, hooks, tenancy, workflow};
+    let value = to_json(object)?;
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match kind {
+        "GryviaAIJob" => plan(py, &aijob::AIJobReconciler, object, "object", world, now),
+        "GryviaBudget" => plan(py, &budget::BudgetReconciler, object, "object", world, now),
+        "GryviaHealthCheck" => {
+            let options = health::HealthOptions { remediation };
+            let r = health::HealthCheckReconciler { options };
+            plan(py, &r, object, "object", world, now)
+        }
+        "GryviaJobHook" => plan(py, &hooks::HookReconciler, object, "object", world, now),
+        "GryviaQuota" => plan(py, &tenancy::QuotaReconciler, object, "object", world, now),
+        "GryviaTenant" => {
+            let options = tenancy::TenantOptions { tenant_rbac };
+            let r = tenancy::TenantReconciler { options };
+            plan(py, &r, object, "object", world, now)
+        }
+        "GryviaWorkflow" => plan(
+            py,
+            &workflow::WorkflowReconciler,
+            object,
+            "object",
+            world,
+            now,
+        ),
+        other => Err(ValidationError::new_err(format!(
+            "object.kind: {other:?} has no reconciler; one of {}",
+            RECONCILED_KINDS.join(", ")
+        ))),
+    }
+}
+
 /// The GPU health controller's Plan for a GryviaHealthCheck in `world` (keys of
 /// `HealthWorld`: `nodes`, `gpuNodes`, `pods`, `pdbs`, `remediatingElsewhere`) at `now`;
 /// `remediation` is the operator's `--gpu-remediation` switch.
@@ -596,13 +678,11 @@ fn reconcile_health_check(
     now: Option<&str>,
     remediation: bool,
 ) -> PyResult<Py<PyAny>> {
-    use gryvia_reconcile::health::{HealthCheckReconciler, HealthOptions, HealthWorld};
-    let check: gryvia_types::GryviaHealthCheck = typed(check, "check")?;
-    let world: HealthWorld = self::world(world)?;
+    use gryvia_reconcile::health::{HealthCheckReconciler, HealthOptions};
     let r = HealthCheckReconciler {
         options: HealthOptions { remediation },
     };
-    out(py, &r.reconcile(&check, &world, parse_now(now)?))
+    plan(py, &r, check, "check", world, now)
 }
 
 /// A health check's verdict on one node from its GryviaGpuNode (`None`: the node reports
@@ -664,13 +744,11 @@ fn reconcile_tenant(
     now: Option<&str>,
     tenant_rbac: bool,
 ) -> PyResult<Py<PyAny>> {
-    use gryvia_reconcile::tenancy::{TenantOptions, TenantReconciler, TenantWorld};
-    let tenant: gryvia_types::GryviaTenant = typed(tenant, "tenant")?;
-    let world: TenantWorld = self::world(world)?;
+    use gryvia_reconcile::tenancy::{TenantOptions, TenantReconciler};
     let r = TenantReconciler {
         options: TenantOptions { tenant_rbac },
     };
-    out(py, &r.reconcile(&tenant, &world, parse_now(now)?))
+    plan(py, &r, tenant, "tenant", world, now)
 }
 
 /// The quota controller's Plan (a ResourceQuota per namespace) for a GryviaQuota in `world`
@@ -683,11 +761,13 @@ fn reconcile_quota(
     world: Option<&Bound<'_, PyAny>>,
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let quota: gryvia_types::GryviaQuota = typed(quota, "quota")?;
-    let world: gryvia_reconcile::tenancy::QuotaWorld = self::world(world)?;
-    out(
+    plan(
         py,
-        &gryvia_reconcile::tenancy::QuotaReconciler.reconcile(&quota, &world, parse_now(now)?),
+        &gryvia_reconcile::tenancy::QuotaReconciler,
+        quota,
+        "quota",
+        world,
+        now,
     )
 }
 
@@ -703,11 +783,13 @@ fn reconcile_job_hook(
     world: Option<&Bound<'_, PyAny>>,
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let hook: gryvia_types::GryviaJobHook = typed(hook, "hook")?;
-    let world: gryvia_reconcile::hooks::HookWorld = self::world(world)?;
-    out(
+    plan(
         py,
-        &gryvia_reconcile::hooks::HookReconciler.reconcile(&hook, &world, parse_now(now)?),
+        &gryvia_reconcile::hooks::HookReconciler,
+        hook,
+        "hook",
+        world,
+        now,
     )
 }
 
@@ -722,16 +804,8 @@ fn reconcile_workflow(
     world: Option<&Bound<'_, PyAny>>,
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let workflow: gryvia_types::GryviaWorkflow = typed(workflow, "workflow")?;
-    let world: gryvia_reconcile::workflow::WorkflowWorld = self::world(world)?;
-    out(
-        py,
-        &gryvia_reconcile::workflow::WorkflowReconciler.reconcile(
-            &workflow,
-            &world,
-            parse_now(now)?,
-        ),
-    )
+    use gryvia_reconcile::workflow::WorkflowReconciler;
+    plan(py, &WorkflowReconciler, workflow, "workflow", world, now)
 }
 
 /// The GryviaUsageRecord metering writes for a GryviaAIJob in `world` (keys of
@@ -762,12 +836,8 @@ fn reconcile_budget(
     world: Option<&Bound<'_, PyAny>>,
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
-    let budget: gryvia_types::GryviaBudget = typed(budget, "budget")?;
-    let world: gryvia_reconcile::budget::BudgetWorld = self::world(world)?;
-    out(
-        py,
-        &gryvia_reconcile::budget::BudgetReconciler.reconcile(&budget, &world, parse_now(now)?),
-    )
+    use gryvia_reconcile::budget::BudgetReconciler;
+    plan(py, &BudgetReconciler, budget, "budget", world, now)
 }
 
 /// The native module.
@@ -784,6 +854,7 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(load_all, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(reconcile, m)?)?;
     m.add_function(wrap_pyfunction!(render_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_template, m)?)?;
     m.add_function(wrap_pyfunction!(admit_job, m)?)?;

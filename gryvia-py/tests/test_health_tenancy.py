@@ -134,3 +134,17 @@ def test_decode_list_types_every_item():
     bad["items"][1]["spec"]["gpus"] = "many"
     with pytest.raises(gryvia.ValidationError, match=r"items\[1\]"):
         gryvia.decode_list(json.dumps(bad))
+
+
+def test_reconcile_is_the_one_path_behind_the_named_reconcilers():
+    world = {"nodes": [{"name": "gpu-1", "labels": {}, "gpuCapacity": 8}], "gpuNodes": {"gpu-1": gpu_node(95)}}
+    for remediation in (False, True):
+        assert gryvia.reconcile(health_check(), world, NOW, remediation=remediation) == \
+            gryvia.reconcile_health_check(health_check(), world, NOW, remediation=remediation)
+    tenants = {"tenants": [{"name": "ml", "gpus": 8}]}
+    assert gryvia.reconcile(tenant("ml", 8), tenants, NOW, tenant_rbac=True) == \
+        gryvia.reconcile_tenant(tenant("ml", 8), tenants, NOW, tenant_rbac=True)
+    quota = {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQuota", "metadata": {"name": "q"},
+             "spec": {"namespaces": ["a"], "hard": {"gpus": 4}}}
+    assert gryvia.reconcile(quota, {"existingNamespaces": ["a"]}, NOW) == \
+        gryvia.reconcile_quota(quota, {"existingNamespaces": ["a"]}, NOW)

@@ -86,6 +86,16 @@ def test_the_controller_plan_for_a_new_job():
     assert rendered["spec"]["completionMode"] == "Indexed"
 
 
+def test_reconcile_dispatches_on_the_kind_and_names_one_it_cannot_take():
+    now = "2026-12-02T12:00:00Z"
+    assert gryvia.reconcile(job(retryLimit=2), now=now) == gryvia.reconcile_job(job(retryLimit=2), now=now)
+    with pytest.raises(gryvia.ValidationError, match=r'object.kind: "GryviaTemplate" has no reconciler; one of GryviaAIJob'):
+        gryvia.reconcile(template(), now=now)
+    with pytest.raises(gryvia.ValidationError, match=r"object: .*spec"):
+        gryvia.reconcile({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+                          "metadata": {"name": "j", "namespace": "n"}, "spec": {"gpus": 1}}, now=now)
+
+
 def test_an_evicted_pod_costs_no_retry():
     world = {
         "job": {"owned": True, "backoffLimit": 0, "active": 1, "ready": 1, "succeeded": 0, "failed": 0,

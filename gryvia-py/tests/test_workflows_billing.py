@@ -90,3 +90,15 @@ def test_an_invalid_budget_is_refused_with_the_field_named():
                                  "metadata": {"name": "b"},
                                  "spec": {"scope": {"type": "tenant", "name": "ml"},
                                           "period": {"type": "monthly"}, "limits": {}}})
+
+
+def test_reconcile_takes_hooks_workflows_and_budgets_by_their_kind():
+    subject = {"kind": "GryviaAIJob", "name": "train", "uid": "j-1", "created": "2026-08-02T00:00:00Z",
+               "phase": "Failed"}
+    hook_world = {"subjects": [subject], "secret": "Present"}
+    assert gryvia.reconcile(job_hook(), hook_world, NOW) == gryvia.reconcile_job_hook(job_hook(), hook_world, NOW)
+    assert gryvia.reconcile(workflow(), None, NOW) == gryvia.reconcile_workflow(workflow(), None, NOW)
+    budget = {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaBudget", "metadata": {"name": "ml"},
+              "spec": {"scope": {"type": "tenant", "name": "ml"}, "period": {"type": "monthly"},
+                       "limits": {"costUSD": 100}}}
+    assert gryvia.reconcile(budget, {"skus": SKUS}, NOW) == gryvia.reconcile_budget(budget, {"skus": SKUS}, NOW)

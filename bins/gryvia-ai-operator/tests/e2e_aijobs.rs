@@ -612,6 +612,10 @@ async fn h100_only_tenant(client: &kube::Client, tenant: &str) -> String {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environment() {
     let tenant = unique("e2e-ml");
     let Some(client) = gryvia_testsupport::client().await else {
@@ -767,6 +771,10 @@ fn has_reserved_taint(n: &Node, name: &str) -> bool {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_the_taints_go_at_the_end()
  {
     let Some(client) = gryvia_testsupport::client().await else {
@@ -1021,6 +1029,10 @@ fn event_of(r: &Received) -> (String, String) {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their_key() {
     use gryvia_types::{DeliveryState, GryviaJobHook};
     let Some(s) = Setup::start("hooks", &["--enable-job-hooks".to_owned()], None).await else {
@@ -1273,6 +1285,10 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_workflow_runs_its_steps_in_dependency_order_and_a_hook_announces_it() {
     use gryvia_types::GryviaWorkflow;
     let Some(s) = Setup::start("workflow", &["--enable-job-hooks".to_owned()], None).await else {

@@ -98,6 +98,10 @@ impl Drop for JobFinalizers {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_in_its_scope() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

@@ -26,6 +26,10 @@ impl Drop for VolumeCleanup {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_job_with_storage_gets_a_bound_claim_that_every_worker_mounts_at_data() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

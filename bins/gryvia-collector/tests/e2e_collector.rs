@@ -138,6 +138,10 @@ async fn scrape(addr: &str) -> String {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn the_collector_joins_traffic_to_pods_and_writes_the_node_objects() {
     if !root() {
         return;

@@ -239,6 +239,10 @@ async fn node_state(client: &kube::Client, node: &str) -> (bool, Option<String>)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_brings_it_back() {
     let Some(s) = Setup::new("recover").await else {
         return;
@@ -495,6 +499,10 @@ async fn stale_observations_are_unknown_and_never_trigger_remediation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn the_ladder_goes_reset_reload_reboot_in_order_one_node_at_a_time() {
     let Some(s) = Setup::new("ladder").await else {
         return;

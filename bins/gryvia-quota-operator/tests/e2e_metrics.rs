@@ -11,6 +11,10 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_answers_its_probes() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

@@ -510,6 +510,10 @@ async fn gpu_use_per_product_is_reported_against_gpus_per_type() {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
     use gryvia_types::{GryviaAIJob, GryviaUsageRecord};
     let Some(client) = gryvia_testsupport::client().await else {
@@ -680,6 +684,10 @@ async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_budget_counts_its_scopes_usage_alerts_and_blocks_at_its_limit() {
     use gryvia_types::{BudgetState, GryviaBudget, GryviaUsageRecord};
     let Some(s) = Setup::with_operator().await else {

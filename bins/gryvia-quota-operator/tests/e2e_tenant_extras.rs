@@ -156,6 +156,10 @@ fn user(name: &str) -> (String, String) {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn with_tenant_rbac_members_get_role_bindings_of_their_roles_that_follow_the_member_list() {
     let Some(s) = Setup::with_operator("rbac", &["--tenant-rbac"]).await else {
         return;

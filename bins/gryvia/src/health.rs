@@ -69,123 +69,156 @@ fn age(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Stri
     report::age(t.map(|t| t.0), jiff::Timestamp::now())
 }
 
+/// One section of `gryvia health`: its table and its objects for `-o json|yaml`.
+struct Section {
+    table: String,
+    objects: serde_json::Value,
+}
+
 /// `gryvia health [gpu|storage|network]`.
 pub async fn health(scope: Option<HealthScope>, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
-    let all = scope.is_none();
-    let show = |s: HealthScope| all || scope == Some(s);
-    let lp = ListParams::default();
+    let show = |s: HealthScope| scope.is_none() || scope == Some(s);
     let mut sections = Vec::new();
-    let mut objects = Vec::new();
     if show(HealthScope::Gpu) {
-        let mut checks = Api::<GryviaHealthCheck>::all(client.clone())
-            .list(&lp)
-            .await
-            .context("list GryviaHealthChecks")?
-            .items;
-        checks.sort_by_key(ResourceExt::name_any);
-        let mut nodes = Api::<GryviaGpuNode>::all(client.clone())
-            .list(&lp)
-            .await
-            .context("list GryviaGpuNodes")?
-            .items;
-        nodes.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
-        let mut t = Table::new(&[
-            "HEALTH CHECK",
-            "NODES",
-            "HEALTHY",
-            "WARNING",
-            "FAILED",
-            "UNKNOWN",
-            "QUARANTINED",
-            "LAST RUN",
-        ]);
-        let now = jiff::Timestamp::now();
-        for c in report::check_rows(&checks) {
-            t.row(vec![
-                c.name,
-                c.nodes.to_string(),
-                c.summary.healthy.to_string(),
-                c.summary.warning.to_string(),
-                c.summary.failed.to_string(),
-                c.summary.unknown.to_string(),
-                c.summary.quarantined.to_string(),
-                report::age(c.last_run, now),
-            ]);
-        }
-        sections.push(t.render());
-        let mut t = Table::new(&["GPU NODE", "GPUS", "VERDICT", "SOURCE", "OBSERVED"]);
-        for n in report::gpu_node_rows(&checks, &nodes) {
-            t.row(vec![
-                n.node,
-                n.gpus.to_string(),
-                verdict(n.verdict),
-                n.source.unwrap_or_else(|| "-".into()),
-                report::age(n.observed_at, now),
-            ]);
-        }
-        sections.push(t.render());
-        objects.push(serde_json::json!({"healthChecks": checks, "gpuNodes": nodes}));
+        sections.push(gpu_section(&client).await?);
     }
     if show(HealthScope::Storage) {
-        let items = Api::<GryviaStorage>::all(client.clone())
-            .list(&lp)
-            .await
-            .context("list GryviaStorages")?
-            .items;
-        let mut t = Table::new(&["STORAGE", "TYPE", "PHASE", "LATENCY", "CHECKED", "MESSAGE"]);
-        for s in &items {
-            let st = s.status.clone().unwrap_or_default();
-            t.row(vec![
-                s.name_any(),
-                serde_json::to_value(s.spec.type_)?
-                    .as_str()
-                    .unwrap_or("-")
-                    .to_owned(),
-                st.phase
-                    .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
-                st.latency_millis
-                    .map_or_else(|| "-".into(), |l| format!("{l}ms")),
-                age(st.last_checked.as_ref()),
-                st.message.unwrap_or_default(),
-            ]);
-        }
-        sections.push(t.render());
-        objects.push(serde_json::json!({"storage": items}));
+        sections.push(storage_section(&client).await?);
     }
     if show(HealthScope::Network) {
-        let items = Api::<GryviaNetwork>::all(client.clone())
-            .list(&lp)
-            .await
-            .context("list GryviaNetworks")?
-            .items;
-        let mut t = Table::new(&[
-            "NETWORK", "TYPE", "PHASE", "NODES", "DEGRADED", "GBPS", "CHECKED",
-        ]);
-        for n in &items {
-            let st = n.status.clone().unwrap_or_default();
-            t.row(vec![
-                n.name_any(),
-                serde_json::to_value(n.spec.type_)?
-                    .as_str()
-                    .unwrap_or("-")
-                    .to_owned(),
-                st.phase
-                    .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
-                st.nodes_total.to_string(),
-                st.nodes_degraded.to_string(),
-                st.measured_bandwidth_gbps
-                    .map_or_else(|| "-".into(), |g| format!("{g:.1}")),
-                age(st.last_checked.as_ref()),
-            ]);
-        }
-        sections.push(t.render());
-        objects.push(serde_json::json!({"networks": items}));
+        sections.push(network_section(&client).await?);
     }
     match output {
-        Output::Table => crate::print_out(&sections.join("\n")),
-        _ => print_objects(&objects, output),
+        Output::Table => {
+            let tables: Vec<_> = sections.iter().map(|s| s.table.as_str()).collect();
+            crate::print_out(&tables.join("\n"))
+        }
+        _ => {
+            let objects: Vec<_> = sections.into_iter().map(|s| s.objects).collect();
+            print_objects(&objects, output)
+        }
     }
+}
+
+/// The health checks' summaries and every GPU node's verdict.
+async fn gpu_section(client: &kube::Client) -> anyhow::Result<Section> {
+    let lp = ListParams::default();
+    let mut checks = Api::<GryviaHealthCheck>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("list GryviaHealthChecks")?
+        .items;
+    checks.sort_by_key(ResourceExt::name_any);
+    let mut nodes = Api::<GryviaGpuNode>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("list GryviaGpuNodes")?
+        .items;
+    nodes.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
+    let mut t = Table::new(&[
+        "HEALTH CHECK",
+        "NODES",
+        "HEALTHY",
+        "WARNING",
+        "FAILED",
+        "UNKNOWN",
+        "QUARANTINED",
+        "LAST RUN",
+    ]);
+    let now = jiff::Timestamp::now();
+    for c in report::check_rows(&checks) {
+        t.row(vec![
+            c.name,
+            c.nodes.to_string(),
+            c.summary.healthy.to_string(),
+            c.summary.warning.to_string(),
+            c.summary.failed.to_string(),
+            c.summary.unknown.to_string(),
+            c.summary.quarantined.to_string(),
+            report::age(c.last_run, now),
+        ]);
+    }
+    let mut table = t.render();
+    let mut t = Table::new(&["GPU NODE", "GPUS", "VERDICT", "SOURCE", "OBSERVED"]);
+    for n in report::gpu_node_rows(&checks, &nodes) {
+        t.row(vec![
+            n.node,
+            n.gpus.to_string(),
+            verdict(n.verdict),
+            n.source.unwrap_or_else(|| "-".into()),
+            report::age(n.observed_at, now),
+        ]);
+    }
+    table.push('\n');
+    table.push_str(&t.render());
+    let objects = serde_json::json!({"healthChecks": checks, "gpuNodes": nodes});
+    Ok(Section { table, objects })
+}
+
+/// The GryviaStorages' probe results.
+async fn storage_section(client: &kube::Client) -> anyhow::Result<Section> {
+    let items = Api::<GryviaStorage>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list GryviaStorages")?
+        .items;
+    let mut t = Table::new(&["STORAGE", "TYPE", "PHASE", "LATENCY", "CHECKED", "MESSAGE"]);
+    for s in &items {
+        let st = s.status.clone().unwrap_or_default();
+        t.row(vec![
+            s.name_any(),
+            serde_json::to_value(s.spec.type_)?
+                .as_str()
+                .unwrap_or("-")
+                .to_owned(),
+            st.phase
+                .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
+            st.latency_millis
+                .map_or_else(|| "-".into(), |l| format!("{l}ms")),
+            age(st.last_checked.as_ref()),
+            st.message.unwrap_or_default(),
+        ]);
+    }
+    let objects = serde_json::json!({"storage": items});
+    Ok(Section {
+        table: t.render(),
+        objects,
+    })
+}
+
+/// The GryviaNetworks' probe results.
+async fn network_section(client: &kube::Client) -> anyhow::Result<Section> {
+    let items = Api::<GryviaNetwork>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list GryviaNetworks")?
+        .items;
+    let mut t = Table::new(&[
+        "NETWORK", "TYPE", "PHASE", "NODES", "DEGRADED", "GBPS", "CHECKED",
+    ]);
+    for n in &items {
+        let st = n.status.clone().unwrap_or_default();
+        t.row(vec![
+            n.name_any(),
+            serde_json::to_value(n.spec.type_)?
+                .as_str()
+                .unwrap_or("-")
+                .to_owned(),
+            st.phase
+                .map_or_else(|| "Unknown".into(), |p| format!("{p:?}")),
+            st.nodes_total.to_string(),
+            st.nodes_degraded.to_string(),
+            st.measured_bandwidth_gbps
+                .map_or_else(|| "-".into(), |g| format!("{g:.1}")),
+            age(st.last_checked.as_ref()),
+        ]);
+    }
+    let objects = serde_json::json!({"networks": items});
+    Ok(Section {
+        table: t.render(),
+        objects,
+    })
 }
 
 /// `gryvia get node NAME`.
@@ -231,46 +264,7 @@ pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
                 st.driver_version.clone().unwrap_or_else(|| "-".into()),
                 st.cuda_version.clone().unwrap_or_else(|| "-".into()),
             ));
-            let mut t = Table::new(&[
-                "GPU",
-                "PRODUCT",
-                "TEMP",
-                "UTIL",
-                "MEMORY",
-                "ECC SBE/DBE",
-                "NVLINK",
-                "POWER",
-                "XID",
-            ]);
-            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-            for gpu in &st.gpus {
-                t.row(vec![
-                    gpu.index.to_string(),
-                    opt(gpu.product.clone()),
-                    opt(gpu.temperature_c.map(|v| format!("{v}C"))),
-                    opt(gpu.utilization_percent.map(|v| format!("{v}%"))),
-                    match (gpu.memory_used_mib, gpu.memory_total_mib) {
-                        (Some(u), Some(t)) => format!("{u}/{t} MiB"),
-                        _ => "-".into(),
-                    },
-                    format!(
-                        "{}/{}",
-                        opt(gpu.ecc_single_bit.map(|v| v.to_string())),
-                        opt(gpu.ecc_double_bit.map(|v| v.to_string()))
-                    ),
-                    gpu.nvlink.as_ref().map_or_else(
-                        || "-".into(),
-                        |l| format!("{}/{} up", l.links_up, l.links_total),
-                    ),
-                    opt(gpu.power_draw_watts.map(|v| format!("{v:.0}W"))),
-                    gpu.xid_events
-                        .iter()
-                        .map(|x| x.code.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ]);
-            }
-            out.push_str(&t.render());
+            out.push_str(&gpu_table(&st.gpus));
             if let Some(r) = &st.remediation_result {
                 out.push_str(&format!(
                     "\nLast remediation: {:?} {:?} ({})\n",
@@ -281,29 +275,7 @@ pub async fn get_node(name: &str, output: Output) -> anyhow::Result<()> {
             }
         }
     }
-    for (check, r) in &report.results {
-        out.push_str(&format!(
-            "\nHealth check {check}: {:?} (consecutive failures {})\n",
-            r.verdict, r.consecutive_failures
-        ));
-        for reason in &r.reasons {
-            out.push_str(&format!("  - {reason}\n"));
-        }
-        if let Some(rem) = &r.remediation {
-            out.push_str(&format!(
-                "  remediation: step {} {:?} {:?} {}\n",
-                rem.step_index + 1,
-                rem.action,
-                rem.phase,
-                rem.message
-            ));
-        }
-        if let Some(d) = &r.drain {
-            for b in &d.blocked {
-                out.push_str(&format!("  eviction blocked: {b}\n"));
-            }
-        }
-    }
+    out.push_str(&check_results(&report.results));
     crate::print_out(&out)
 }
 
@@ -378,4 +350,77 @@ pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The GPUs table of `gryvia get node`.
+fn gpu_table(gpus: &[gryvia_types::GpuObservation]) -> String {
+    let mut t = Table::new(&[
+        "GPU",
+        "PRODUCT",
+        "TEMP",
+        "UTIL",
+        "MEMORY",
+        "ECC SBE/DBE",
+        "NVLINK",
+        "POWER",
+        "XID",
+    ]);
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    for gpu in gpus {
+        t.row(vec![
+            gpu.index.to_string(),
+            opt(gpu.product.clone()),
+            opt(gpu.temperature_c.map(|v| format!("{v}C"))),
+            opt(gpu.utilization_percent.map(|v| format!("{v}%"))),
+            match (gpu.memory_used_mib, gpu.memory_total_mib) {
+                (Some(u), Some(t)) => format!("{u}/{t} MiB"),
+                _ => "-".into(),
+            },
+            format!(
+                "{}/{}",
+                opt(gpu.ecc_single_bit.map(|v| v.to_string())),
+                opt(gpu.ecc_double_bit.map(|v| v.to_string()))
+            ),
+            gpu.nvlink.as_ref().map_or_else(
+                || "-".into(),
+                |l| format!("{}/{} up", l.links_up, l.links_total),
+            ),
+            opt(gpu.power_draw_watts.map(|v| format!("{v:.0}W"))),
+            gpu.xid_events
+                .iter()
+                .map(|x| x.code.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    t.render()
+}
+
+/// Each health check's result for the node, with its remediation step and blocked evictions.
+fn check_results(results: &[(String, gryvia_types::NodeHealthResult)]) -> String {
+    let mut out = String::new();
+    for (check, r) in results {
+        out.push_str(&format!(
+            "\nHealth check {check}: {:?} (consecutive failures {})\n",
+            r.verdict, r.consecutive_failures
+        ));
+        for reason in &r.reasons {
+            out.push_str(&format!("  - {reason}\n"));
+        }
+        if let Some(rem) = &r.remediation {
+            out.push_str(&format!(
+                "  remediation: step {} {:?} {:?} {}\n",
+                rem.step_index + 1,
+                rem.action,
+                rem.phase,
+                rem.message
+            ));
+        }
+        if let Some(d) = &r.drain {
+            for b in &d.blocked {
+                out.push_str(&format!("  eviction blocked: {b}\n"));
+            }
+        }
+    }
+    out
 }

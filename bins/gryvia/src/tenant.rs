@@ -147,57 +147,62 @@ pub async fn run(cmd: TenantCommand) -> anyhow::Result<()> {
             if output != Output::Table {
                 return print_objects(std::slice::from_ref(&t), output);
             }
-            let s = t.status.clone().unwrap_or_default();
-            let q = t.spec.quotas.clone().unwrap_or_default();
-            println!("Name:           {}", t.name_any());
-            println!("Display name:   {}", t.spec.display_name);
-            println!("Namespace:      {}", s.namespace.as_deref().unwrap_or("-"));
-            println!(
-                "Parent:         {}",
-                t.spec.parent_tenant.as_deref().unwrap_or("-")
-            );
-            println!(
-                "GPUs asked:     {}",
-                q.concurrent_gpus
-                    .map_or("no limit".into(), |g| g.to_string())
-            );
-            println!(
-                "GPU limit:      {}",
-                s.gpu_limit.map_or("none".into(), |g| g.to_string())
-            );
-            println!("GPUs in use:    {}", s.gpus_in_use);
-            println!("Pods:           {}", s.pods);
-            println!(
-                "Allowed SKUs:   {}",
-                if t.spec.allowed_skus.is_empty() {
-                    "any".into()
-                } else {
-                    t.spec.allowed_skus.join(", ")
-                }
-            );
-            println!(
-                "Isolated:       {}",
-                t.spec.network_policy.as_ref().is_some_and(|n| n.isolated)
-            );
-            println!("Deletion:       {:?}", t.spec.deletion_policy);
-            println!(
-                "Members:        {}",
-                t.spec
-                    .members
-                    .iter()
-                    .map(|m| format!("{} ({:?})", m.username, m.role).to_lowercase())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            println!("Conditions:");
-            for c in &s.conditions {
-                println!(
-                    "  {:<12} {:<6} {:<20} {}",
-                    c.type_, c.status, c.reason, c.message
-                );
-            }
+            describe(&t);
             Ok(())
         }
+    }
+}
+
+/// `gryvia tenant get NAME` as text: spec and status, one line each.
+fn describe(t: &GryviaTenant) {
+    let s = t.status.clone().unwrap_or_default();
+    let q = t.spec.quotas.clone().unwrap_or_default();
+    println!("Name:           {}", t.name_any());
+    println!("Display name:   {}", t.spec.display_name);
+    println!("Namespace:      {}", s.namespace.as_deref().unwrap_or("-"));
+    println!(
+        "Parent:         {}",
+        t.spec.parent_tenant.as_deref().unwrap_or("-")
+    );
+    println!(
+        "GPUs asked:     {}",
+        q.concurrent_gpus
+            .map_or("no limit".into(), |g| g.to_string())
+    );
+    println!(
+        "GPU limit:      {}",
+        s.gpu_limit.map_or("none".into(), |g| g.to_string())
+    );
+    println!("GPUs in use:    {}", s.gpus_in_use);
+    println!("Pods:           {}", s.pods);
+    println!(
+        "Allowed SKUs:   {}",
+        if t.spec.allowed_skus.is_empty() {
+            "any".into()
+        } else {
+            t.spec.allowed_skus.join(", ")
+        }
+    );
+    println!(
+        "Isolated:       {}",
+        t.spec.network_policy.as_ref().is_some_and(|n| n.isolated)
+    );
+    println!("Deletion:       {:?}", t.spec.deletion_policy);
+    println!(
+        "Members:        {}",
+        t.spec
+            .members
+            .iter()
+            .map(|m| format!("{} ({:?})", m.username, m.role).to_lowercase())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("Conditions:");
+    for c in &s.conditions {
+        println!(
+            "  {:<12} {:<6} {:<20} {}",
+            c.type_, c.status, c.reason, c.message
+        );
     }
 }
 

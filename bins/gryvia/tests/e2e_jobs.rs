@@ -38,6 +38,10 @@ impl Drop for Controllers {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;
@@ -235,6 +239,10 @@ async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn quota_with_budget_shows_the_budgets_spend_and_state() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

@@ -30,6 +30,10 @@ fn text(o: &Output) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn maintenance_drain_respects_a_pdb_and_end_returns_the_node() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

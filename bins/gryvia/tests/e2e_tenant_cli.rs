@@ -89,6 +89,10 @@ fn one_line_error((ok, out, err): (bool, String, String), want: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn tenant_create_list_and_get_from_the_command_line_and_one_line_errors_on_bad_input() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

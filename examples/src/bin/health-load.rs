@@ -72,6 +72,107 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// Creates the health check over every testenv node and waits for its first run over all
+/// `nodes` of them.
+async fn start_check(
+    client: &kube::Client,
+    nodes: usize,
+) -> anyhow::Result<Api<GryviaHealthCheck>> {
+    let checks: Api<GryviaHealthCheck> = Api::all(client.clone());
+    let _ = checks.delete(CHECK, &DeleteParams::default()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let hc: GryviaHealthCheck = serde_json::from_value(json!({
+        "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaHealthCheck",
+        "metadata": {"name": CHECK},
+        "spec": {
+            "target": {"type": "selector", "nodeSelector": {"gryvia.io/testenv": "true"}},
+            "schedule": "* * * * * *",
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "consecutiveFailures": 1},
+            "maxQuarantinedPercent": 40
+        }
+    }))?;
+    checks.create(&PostParams::default(), &hc).await?;
+    // Wait for a first run over every node.
+    let t = Instant::now();
+    loop {
+        let st = checks.get(CHECK).await?.status;
+        if st
+            .as_ref()
+            .is_some_and(|s| s.summary.healthy as usize == nodes)
+        {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "the health check did not evaluate all {} nodes within 60 s",
+                nodes
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(checks)
+}
+
+/// When each node got the quarantine taint, as a watch sees it.
+type Tainted = Arc<Mutex<BTreeMap<String, Instant>>>;
+
+/// Watches nodes and records when each one is first seen with the quarantine taint.
+fn watch_taints(client: &kube::Client) -> (Tainted, tokio::task::JoinHandle<()>) {
+    let tainted: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let seen = tainted.clone();
+    let watch_client = client.clone();
+    let watch = tokio::spawn(async move {
+        let mut s = watcher(Api::<Node>::all(watch_client), watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(n)) = s.next().await {
+            let has = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::GPU_UNHEALTHY_TAINT));
+            if has {
+                let mut m = seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                m.entry(n.name_any()).or_insert_with(Instant::now);
+            }
+        }
+    });
+    (tainted, watch)
+}
+
+/// Prints detect-to-cordon percentiles per phase: from each report written to its taint seen.
+fn print_latencies<const N: usize>(
+    tainted: &BTreeMap<String, Instant>,
+    written: &BTreeMap<String, Instant>,
+    phases: [(&str, Vec<String>); N],
+) {
+    for (phase, names) in phases {
+        let mut lat: Vec<f64> = names
+            .iter()
+            .filter_map(|n| {
+                Some(
+                    tainted
+                        .get(n)?
+                        .duration_since(*written.get(n)?)
+                        .as_secs_f64(),
+                )
+            })
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        println!(
+            "{phase}: {} of {} nodes quarantined; detect-to-cordon p50 {:.2}s p99 {:.2}s max {:.2}s",
+            lat.len(),
+            names.len(),
+            percentile(&lat, 50.0),
+            percentile(&lat, 99.0),
+            lat.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let paced = arg("--paced", 50)?;
@@ -101,62 +202,10 @@ async fn main() -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<()>>>()?;
     eprintln!("  done in {:.1}s", started.elapsed().as_secs_f64());
 
-    let checks: Api<GryviaHealthCheck> = Api::all(client.clone());
-    let _ = checks.delete(CHECK, &DeleteParams::default()).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let hc: GryviaHealthCheck = serde_json::from_value(json!({
-        "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaHealthCheck",
-        "metadata": {"name": CHECK},
-        "spec": {
-            "target": {"type": "selector", "nodeSelector": {"gryvia.io/testenv": "true"}},
-            "schedule": "* * * * * *",
-            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
-            "onFailure": {"cordon": true, "consecutiveFailures": 1},
-            "maxQuarantinedPercent": 40
-        }
-    }))?;
-    checks.create(&PostParams::default(), &hc).await?;
-    // Wait for a first run over every node.
-    let t = Instant::now();
-    loop {
-        let st = checks.get(CHECK).await?.status;
-        if st
-            .as_ref()
-            .is_some_and(|s| s.summary.healthy as usize == nodes.len())
-        {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "the health check did not evaluate all {} nodes within 60 s",
-                nodes.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let checks = start_check(&client, nodes.len()).await?;
 
     // Watch taints.
-    let tainted: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
-    let seen = tainted.clone();
-    let watch_client = client.clone();
-    let watch = tokio::spawn(async move {
-        let mut s = watcher(Api::<Node>::all(watch_client), watcher::Config::default())
-            .applied_objects()
-            .boxed();
-        while let Some(Ok(n)) = s.next().await {
-            let has = n
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|ts| ts.iter().any(|t| t.key == labels::GPU_UNHEALTHY_TAINT));
-            if has {
-                let mut m = seen
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                m.entry(n.name_any()).or_insert_with(Instant::now);
-            }
-        }
-    });
+    let (tainted, watch) = watch_taints(&client);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let mut written: BTreeMap<String, Instant> = BTreeMap::new();
@@ -200,31 +249,14 @@ async fn main() -> anyhow::Result<()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    for (phase, names) in [
-        ("isolated", paced_names),
-        ("burst", burst_nodes.iter().map(|n| n.name_any()).collect()),
-    ] {
-        let mut lat: Vec<f64> = names
-            .iter()
-            .filter_map(|n| {
-                Some(
-                    tainted
-                        .get(n)?
-                        .duration_since(*written.get(n)?)
-                        .as_secs_f64(),
-                )
-            })
-            .collect();
-        lat.sort_by(f64::total_cmp);
-        println!(
-            "{phase}: {} of {} nodes quarantined; detect-to-cordon p50 {:.2}s p99 {:.2}s max {:.2}s",
-            lat.len(),
-            names.len(),
-            percentile(&lat, 50.0),
-            percentile(&lat, 99.0),
-            lat.last().copied().unwrap_or(f64::NAN)
-        );
-    }
+    print_latencies(
+        &tainted,
+        &written,
+        [
+            ("isolated", paced_names),
+            ("burst", burst_nodes.iter().map(|n| n.name_any()).collect()),
+        ],
+    );
 
     // Clean up: the check, the agents' objects, the quarantines.
     checks.delete(CHECK, &DeleteParams::default()).await?;

@@ -93,6 +93,92 @@ async fn cleanup(client: &kube::Client, ns: &str, tenant: &str) {
         .await;
 }
 
+/// The HTTPS client of the load: rustls trusting the fresh CA, keep-alive connections.
+type Https = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+fn https_client(tls: &TlsMaterial, connections: usize) -> anyhow::Result<Https> {
+    let mut roots = rustls::RootCertStore::empty();
+    {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        for c in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
+            roots.add(c?)?;
+        }
+    }
+    let tls_client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_client)
+        .https_only()
+        .enable_http1()
+        .build();
+    Ok(
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_max_idle_per_host(connections)
+            .build::<_, Full<Bytes>>(connector),
+    )
+}
+
+/// Sends `rate` reviews a second for `seconds` on an open-loop schedule (after warming
+/// `connections` connections): for each, whether it was answered and its latency from when
+/// it was due.
+async fn run_rate(
+    http: &Https,
+    url: &hyper::Uri,
+    body: &Bytes,
+    rate: u64,
+    seconds: u64,
+    connections: usize,
+) -> anyhow::Result<Vec<(bool, Duration)>> {
+    let total = rate * seconds;
+
+    // Warm the connection pool.
+    let mut warm = Vec::new();
+    for _ in 0..connections {
+        let req = hyper::Request::post(url.clone())
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))?;
+        warm.push(http.request(req));
+    }
+    for w in futures::future::join_all(warm).await {
+        let _ = w?.into_body().collect().await;
+    }
+    let start = tokio::time::Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let due = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        let req = hyper::Request::post(url.clone())
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))?;
+        let fut = http.request(req);
+        tasks.push(tokio::spawn(async move {
+            let ok = match fut.await {
+                Ok(resp) if resp.status() == 200 => match resp.into_body().collect().await {
+                    Ok(b) => serde_json::from_slice::<serde_json::Value>(&b.to_bytes())
+                        .is_ok_and(|v| v["response"]["allowed"].is_boolean()),
+                    Err(_) => false,
+                },
+                _ => false,
+            };
+            (ok, due.elapsed())
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await?);
+    }
+    Ok(out)
+}
+
 fn main() -> anyhow::Result<()> {
     let rates: Vec<u64> = arg("--rates", "500,1000")
         .split(',')
@@ -176,28 +262,7 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let mut roots = rustls::RootCertStore::empty();
-    {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-        for c in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
-            roots.add(c?)?;
-        }
-    }
-    let tls_client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls_client)
-        .https_only()
-        .enable_http1()
-        .build();
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_max_idle_per_host(connections)
-        .build::<_, Full<Bytes>>(connector);
+    let http = https_client(&tls, connections)?;
     let url: hyper::Uri = format!("https://{addr}/validate-aijob").parse()?;
 
     println!(
@@ -205,49 +270,8 @@ fn main() -> anyhow::Result<()> {
     );
     println!("rate/s   sent    failed   p50        p90        p99        max");
     for rate in rates {
-        let total = rate * seconds;
-        let results = client_rt.block_on(async {
-            // Warm the connection pool.
-            let mut warm = Vec::new();
-            for _ in 0..connections {
-                let req = hyper::Request::post(url.clone())
-                    .header("content-type", "application/json")
-                    .body(Full::new(body.clone()))?;
-                warm.push(http.request(req));
-            }
-            for w in futures::future::join_all(warm).await {
-                let _ = w?.into_body().collect().await;
-            }
-            let start = tokio::time::Instant::now();
-            let interval = Duration::from_secs_f64(1.0 / rate as f64);
-            let mut tasks = Vec::with_capacity(total as usize);
-            for i in 0..total {
-                let due = start + interval.mul_f64(i as f64);
-                tokio::time::sleep_until(due).await;
-                let req = hyper::Request::post(url.clone())
-                    .header("content-type", "application/json")
-                    .body(Full::new(body.clone()))?;
-                let fut = http.request(req);
-                tasks.push(tokio::spawn(async move {
-                    let ok = match fut.await {
-                        Ok(resp) if resp.status() == 200 => {
-                            match resp.into_body().collect().await {
-                                Ok(b) => serde_json::from_slice::<serde_json::Value>(&b.to_bytes())
-                                    .is_ok_and(|v| v["response"]["allowed"].is_boolean()),
-                                Err(_) => false,
-                            }
-                        }
-                        _ => false,
-                    };
-                    (ok, due.elapsed())
-                }));
-            }
-            let mut out = Vec::with_capacity(tasks.len());
-            for t in tasks {
-                out.push(t.await?);
-            }
-            anyhow::Ok(out)
-        })?;
+        let results =
+            client_rt.block_on(run_rate(&http, &url, &body, rate, seconds, connections))?;
         let failed = results.iter().filter(|(ok, _)| !ok).count();
         let mut lat: Vec<Duration> = results.iter().map(|(_, d)| *d).collect();
         lat.sort();

@@ -82,6 +82,20 @@ def admit_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> Dict[str, 
 def mutate_job(job: Any) -> List[Dict[str, Any]]:
     """The mutating admission webhook's JSON Patch for a new job."""
 
+def reconcile(
+    object: Any,
+    world: Optional[Mapping[str, Any]] = None,
+    now: Optional[str] = None,
+    remediation: bool = False,
+    tenant_rbac: bool = False,
+) -> Dict[str, Any]:
+    """The Plan of the controller that owns the object's kind (GryviaAIJob, GryviaBudget,
+    GryviaHealthCheck, GryviaJobHook, GryviaQuota, GryviaTenant, GryviaWorkflow) for the object
+    in ``world`` (the keys of that controller's World, listed with its named alias below) at
+    ``now`` (RFC 3339; the current time when omitted). ``remediation`` and ``tenant_rbac`` are
+    the health and tenant controllers' operator switches. Raises ``ValidationError`` for another
+    kind. ``reconcile_job``, ``reconcile_budget``, ... are aliases for one kind each."""
+
 def reconcile_job(
     job: Any, world: Optional[Mapping[str, Any]] = None, now: Optional[str] = None
 ) -> Dict[str, Any]:
