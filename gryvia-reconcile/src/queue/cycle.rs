@@ -1,7 +1,7 @@
 //! One admission cycle: every pending job of every queue, in order, against quota and node
 //! room; preemption where a queue allows it; backfill that never delays a blocked head.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gryvia_types::scheduling::QueueingStrategy;
 use gryvia_types::{JobAdmission, PreemptionNotice, QueueStanding};
@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::explain::Shortfall;
 use super::ledger::Ledger;
-use super::nodes::{NodeCapacity, Placement, Slot, place};
+use super::nodes::{NodeCapacity, Placement, Slot, Unavailable, place};
 use super::simulate;
 use super::{
     ANY_PRODUCT, JobInfo, JobKey, JobState, Milli, QueueInfo, QueueWorld, Share, standing,
@@ -87,7 +87,13 @@ pub(super) struct State {
     pub nodes: Vec<NodeCapacity>,
     /// Node indices per product, by name.
     pub by_product: BTreeMap<String, Vec<usize>>,
-    pub index: BTreeMap<String, usize>,
+    pub index: HashMap<String, usize>,
+    /// Per product: how many of its generally usable nodes (not quarantined, cordoned or
+    /// reserved) have each count of whole GPUs free. A whole-GPU gang that does not fit is
+    /// told so from this, without a walk over the nodes.
+    free_gpus: HashMap<String, Vec<u32>>,
+    /// Per product: its nodes that do not count, by why, and those reserved.
+    not_capacity: HashMap<String, (BTreeMap<Unavailable, u32>, u32)>,
 }
 
 impl State {
@@ -95,11 +101,29 @@ impl State {
         let mut nodes = nodes.to_vec();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut by_product: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        let mut index = BTreeMap::new();
+        let mut index = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             index.insert(n.name.clone(), i);
             if let Some(p) = &n.product {
                 by_product.entry(p.clone()).or_default().push(i);
+            }
+        }
+        let mut free_gpus: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut not_capacity: HashMap<String, (BTreeMap<Unavailable, u32>, u32)> = HashMap::new();
+        for n in &nodes {
+            let Some(p) = &n.product else { continue };
+            let nc = not_capacity.entry(p.clone()).or_default();
+            if let Some(u) = &n.unavailable {
+                *nc.0.entry(u.clone()).or_insert(0) += 1;
+            } else if n.reserved_by.is_some() {
+                nc.1 += 1;
+            } else {
+                let hist = free_gpus.entry(p.clone()).or_default();
+                let f = n.free(&Slot::Gpu) as usize;
+                if hist.len() <= f {
+                    hist.resize(f + 1, 0);
+                }
+                hist[f] += 1;
             }
         }
         Self {
@@ -107,7 +131,54 @@ impl State {
             nodes,
             by_product,
             index,
+            free_gpus,
+            not_capacity,
         }
+    }
+
+    /// Moves node `i` in its product's free-GPU counts from `before` free to its free now.
+    fn recount(&mut self, i: usize, before: u32) {
+        let n = &self.nodes[i];
+        if n.unavailable.is_some() || n.reserved_by.is_some() {
+            return;
+        }
+        let Some(hist) = n.product.as_ref().and_then(|p| self.free_gpus.get_mut(p)) else {
+            return;
+        };
+        let after = n.free(&Slot::Gpu) as usize;
+        if let Some(c) = hist.get_mut(before as usize) {
+            *c = c.saturating_sub(1);
+        }
+        if hist.len() <= after {
+            hist.resize(after + 1, 0);
+        }
+        hist[after] += 1;
+    }
+
+    fn add_units(&mut self, i: usize, slot: &Slot, units: u32, add: bool) {
+        let before = self.nodes[i].free(&Slot::Gpu);
+        if add {
+            self.nodes[i].used.add(slot, units);
+        } else {
+            self.nodes[i].used.remove(slot, units);
+        }
+        if *slot == Slot::Gpu {
+            self.recount(i, before);
+        }
+    }
+
+    /// Workers of `per` whole GPUs that fit on the usable nodes of `product`, and the nodes
+    /// with room for one or more, from the free-GPU counts.
+    fn gpu_room(&self, product: &str, per: u32) -> (u32, u32) {
+        let Some(hist) = self.free_gpus.get(product) else {
+            return (0, 0);
+        };
+        let (mut fit, mut nodes) = (0_u32, 0_u32);
+        for (free, &count) in hist.iter().enumerate().skip(per.max(1) as usize) {
+            fit += count * (u32::try_from(free).unwrap_or(u32::MAX) / per.max(1));
+            nodes += count;
+        }
+        (fit, nodes)
     }
 
     /// Node units an admitted job holds: on each node of its plan or with live workers, the
@@ -118,52 +189,51 @@ impl State {
             return Vec::new();
         };
         let per = u32::try_from(a.per_worker).unwrap_or(0);
-        let mut planned: BTreeMap<&str, u32> = BTreeMap::new();
+        // (node, planned, live): a handful of nodes, so a list rather than a map.
+        let mut counts: Vec<(usize, u32, u32)> = Vec::with_capacity(a.nodes.len());
         for n in &a.nodes {
-            *planned.entry(n.as_str()).or_insert(0) += 1;
+            let Some(&i) = self.index.get(n) else { continue };
+            match counts.iter_mut().find(|c| c.0 == i) {
+                Some(c) => c.1 += 1,
+                None => counts.push((i, 1, 0)),
+            }
         }
-        let names: BTreeSet<&str> = planned
-            .keys()
-            .copied()
-            .chain(job.live.keys().map(String::as_str))
-            .collect();
-        names
+        for (n, &live) in &job.live {
+            let Some(&i) = self.index.get(n) else { continue };
+            match counts.iter_mut().find(|c| c.0 == i) {
+                Some(c) => c.2 = live,
+                None => counts.push((i, 0, live)),
+            }
+        }
+        counts
             .into_iter()
-            .filter_map(|n| {
-                let i = *self.index.get(n)?;
-                let count = planned
-                    .get(n)
-                    .copied()
-                    .unwrap_or(0)
-                    .max(job.live.get(n).copied().unwrap_or(0));
-                Some((i, slot.clone(), count * per))
-            })
+            .map(|(i, planned, live)| (i, slot.clone(), planned.max(live) * per))
             .collect()
     }
 
     pub fn hold(&mut self, job: &JobInfo, a: &JobAdmission) {
         self.ledger.charge(&a.queue, &a.gpu_type, a.milli_gpus);
         for (i, slot, units) in self.footprint(job, a) {
-            self.nodes[i].used.add(&slot, units);
+            self.add_units(i, &slot, units, true);
         }
     }
 
     pub fn unhold(&mut self, job: &JobInfo, a: &JobAdmission) {
         self.ledger.release(&a.queue, &a.gpu_type, a.milli_gpus);
         for (i, slot, units) in self.footprint(job, a) {
-            self.nodes[i].used.remove(&slot, units);
+            self.add_units(i, &slot, units, false);
         }
     }
 
     /// The (quota entry, product) options of `job` in `queue`, in the order they are tried.
-    fn options(
-        &self,
-        queue: &QueueInfo,
-        job: &JobInfo,
-    ) -> Result<Vec<(String, Option<String>)>, Shortfall> {
+    fn options<'a>(
+        &'a self,
+        queue: &'a QueueInfo,
+        job: &'a JobInfo,
+    ) -> Result<Vec<(&'a str, Option<&'a str>)>, Shortfall> {
         if let Some(p) = &job.gpu_type {
             return match queue.entry_for(p) {
-                Some(e) => Ok(vec![(e.gpu_type.clone(), Some(p.clone()))]),
+                Some(e) => Ok(vec![(e.gpu_type.as_str(), Some(p.as_str()))]),
                 None => Err(Shortfall::NoQuotaEntry {
                     queue: queue.name.clone(),
                     gpu_type: Some(p.clone()),
@@ -176,10 +246,10 @@ impl State {
                 out.extend(
                     self.by_product
                         .keys()
-                        .map(|p| (e.gpu_type.clone(), Some(p.clone()))),
+                        .map(|p| (e.gpu_type.as_str(), Some(p.as_str()))),
                 );
             } else {
-                out.push((e.gpu_type.clone(), Some(e.gpu_type.clone())));
+                out.push((e.gpu_type.as_str(), Some(e.gpu_type.as_str())));
             }
         }
         if out.is_empty() {
@@ -224,13 +294,13 @@ impl State {
         let mut first: Option<Shortfall> = None;
         let mut needs_borrowing = false;
         for (entry, product) in self.options(queue, job)? {
-            let borrowed = match self.ledger.check(&queue.name, &entry, need) {
+            let borrowed = match self.ledger.check(&queue.name, entry, need) {
                 Ok(b) => b,
                 Err(s) => {
                     first.get_or_insert(Shortfall::Quota {
                         need,
                         queue: queue.name.clone(),
-                        entry: entry.clone(),
+                        entry: entry.to_owned(),
                         used: s.used,
                         nominal: s.nominal,
                         borrowing_limit: s.borrowing_limit,
@@ -239,16 +309,12 @@ impl State {
                     continue;
                 }
             };
-            match self.place_on(
-                product.as_deref(),
-                queue.gang_admission || job.workers > 1,
-                job,
-            ) {
+            match self.place_on(product, queue.gang_admission || job.workers > 1, job) {
                 Ok(_) if borrowed > 0 && !borrow => needs_borrowing = true,
                 Ok((slot, per_worker, nodes)) => {
                     return Ok(Some(Fit {
-                        entry,
-                        product,
+                        entry: entry.to_owned(),
+                        product: product.map(str::to_owned),
                         slot: Some(slot),
                         per_worker,
                         nodes,
@@ -280,52 +346,76 @@ impl State {
         let candidates: &[usize] = product
             .and_then(|p| self.by_product.get(p))
             .map_or(&[], Vec::as_slice);
-        let usable: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|&i| self.nodes[i].usable_by(job.reservation.as_deref()))
-            .collect();
-        // Nodes grouped by the slot one worker takes there (whole GPUs, a MIG slice,
-        // time-slicing replicas); a job's workers all take the same.
-        let mut groups: BTreeMap<(Slot, u32), Vec<usize>> = BTreeMap::new();
-        for &i in &usable {
-            if let Some(k) = self.nodes[i].slot_for(job.share) {
-                groups.entry(k).or_default().push(i);
+        let reservation = job.reservation.as_deref();
+        // Whole GPUs without a reservation: the free-GPU counts answer "does not fit" at once.
+        if let (Share::Gpus(per), None, Some(p), true) = (job.share, reservation, product, check)
+            && let (fit, nodes_with_room) = self.gpu_room(p, per)
+            && fit < job.workers
+        {
+            return Err(self.placement_short(job, product, candidates.len(), (fit, nodes_with_room)));
+        }
+        let usable = |i: usize| self.nodes[i].usable_by(reservation);
+        // The kinds of slot one worker takes on these nodes (whole GPUs, a MIG slice,
+        // time-slicing replicas); a job's workers all take the same kind.
+        let mut kinds: Vec<(Slot, u32)> = Vec::new();
+        for &i in candidates {
+            if usable(i)
+                && let Some(k) = self.nodes[i].slot_for(job.share)
+                && !kinds.contains(&k)
+            {
+                kinds.push(k);
+                if matches!(job.share, Share::Gpus(_)) {
+                    break;
+                }
             }
         }
+        kinds.sort();
         let mut best = (0, 0);
-        for ((slot, per), nodes) in &groups {
+        for (slot, per) in kinds {
             if !check {
-                return Ok((slot.clone(), *per, Vec::new()));
+                return Ok((slot, per, Vec::new()));
             }
-            match place(&self.nodes, nodes, slot, *per, job.workers) {
-                Placement::Placed(p) => return Ok((slot.clone(), *per, p)),
+            let nodes = candidates.iter().copied().filter(|&i| {
+                usable(i) && self.nodes[i].slot_for(job.share).is_some_and(|k| k == (slot.clone(), per))
+            });
+            match place(&self.nodes, nodes, &slot, per, job.workers) {
+                Placement::Placed(p) => return Ok((slot, per, p)),
                 Placement::Short {
                     fit,
                     nodes_with_room,
                 } => best = best.max((fit, nodes_with_room)),
             }
         }
-        let mut unavailable = BTreeMap::new();
-        let mut reserved = 0;
-        for &i in candidates {
-            let n = &self.nodes[i];
-            if let Some(u) = &n.unavailable {
-                *unavailable.entry(u.clone()).or_insert(0) += 1;
-            } else if !n.usable_by(job.reservation.as_deref()) {
-                reserved += 1;
-            }
+        Err(self.placement_short(job, product, candidates.len(), best))
+    }
+
+    /// Why `job` does not fit on the nodes of `product`: `room` is (workers that fit, nodes
+    /// with room).
+    fn placement_short(&self, job: &JobInfo, product: Option<&str>, nodes: usize, room: (u32, u32)) -> Shortfall {
+        let (mut unavailable, mut reserved) = product
+            .and_then(|p| self.not_capacity.get(p))
+            .cloned()
+            .unwrap_or_default();
+        // The job's own reservation's nodes count for it.
+        if let (Some(r), Some(p)) = (job.reservation.as_deref(), product) {
+            let own = self.by_product.get(p).map_or(0, |ns| {
+                ns.iter()
+                    .filter(|&&i| self.nodes[i].unavailable.is_none() && self.nodes[i].reserved_by.as_deref() == Some(r))
+                    .count()
+            });
+            reserved = reserved.saturating_sub(u32::try_from(own).unwrap_or(0));
         }
-        Err(Shortfall::Placement {
+        unavailable.retain(|_, n| *n > 0);
+        Shortfall::Placement {
             workers: job.workers,
             share: job.share,
             product: product.map(str::to_owned),
-            fit: best.0,
-            nodes_with_room: best.1,
-            nodes: u32::try_from(candidates.len()).unwrap_or(u32::MAX),
+            fit: room.0,
+            nodes_with_room: room.1,
+            nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
             unavailable,
             reserved,
-        })
+        }
     }
 
     /// Admits `job` with `fit`: charges it and returns its admission.
@@ -432,6 +522,7 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
         reasons: BTreeMap::new(),
         pending: BTreeMap::new(),
         admitted: BTreeSet::new(),
+        no_room: HashMap::new(),
     };
     for &ji in &pending {
         cycle
@@ -458,6 +549,8 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
             deferring.insert(qi);
         }
     }
+    // The second pass starts over in order: what the first learned about room does not hold.
+    cycle.no_room.clear();
     for ji in deferred {
         let qi = ns_queue[jobs[ji].key.namespace.as_str()];
         cycle.consider(&mut state, &mut out, ji, qi, true);
@@ -528,6 +621,10 @@ struct Pass<'a> {
     pending: BTreeMap<usize, Vec<usize>>,
     /// Jobs admitted in this cycle.
     admitted: BTreeSet<usize>,
+    /// Per (queue, GPU type, fractional): the smallest demand preemption could not make
+    /// room for in this pass. Later jobs of the queue rank no higher (fewer candidates) and
+    /// the cluster only fills up, so a job asking as much or more is not tried again.
+    no_room: HashMap<(usize, Option<String>, bool), Milli>,
 }
 
 impl Pass<'_> {
@@ -590,7 +687,7 @@ impl Pass<'_> {
                     self.blocked.entry(qi).or_insert(ji);
                     return None;
                 }
-                if let Some(h) = delays(&self.heads, jobs, queues, &queue.name, job, &fit, now) {
+                if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, &fit, now) {
                     self.reasons.insert(
                         ji,
                         Shortfall::WouldDelay {
@@ -623,8 +720,9 @@ impl Pass<'_> {
                     out,
                     &mut self.victims_now,
                     &self.running,
-                    &self.heads,
+                    &mut self.heads,
                     (&self.pending, &self.admitted),
+                    &mut self.no_room,
                     jobs,
                     queues,
                     qi,
@@ -705,7 +803,7 @@ fn lender_needing(
 
 /// The first blocked head whose expected start `job` (admitted now with `fit`) would delay.
 fn delays(
-    heads: &[HeadReservation],
+    heads: &mut [HeadReservation],
     jobs: &[JobInfo],
     queues: &[QueueInfo],
     queue: &str,
@@ -720,13 +818,128 @@ fn delays(
         if end.is_some_and(|e| e <= h.eta) {
             continue;
         }
-        let mut then = h.then.clone();
-        then.admit(queue, job, fit, now);
-        if then.fit(&queues[h.queue], &jobs[h.job]).is_err() {
+        // Tried in place on the head's picture of the cluster, then taken back.
+        let a = h.then.admit(queue, job, fit, now);
+        let delayed = h.then.fit(&queues[h.queue], &jobs[h.job]).is_err();
+        h.then.unhold(job, &a);
+        if delayed {
             return Some(h.job);
         }
     }
     None
+}
+
+/// The fewest, first-listed `candidates` whose leaving makes room for `job`: taken off
+/// `state` one by one until the job fits, then every one it can do without given back. On
+/// `Some`, the victims are off `state` (the caller puts them back); on `None`, `state` is as
+/// it was.
+fn choose_victims<'a>(
+    state: &mut State,
+    candidates: &[(usize, &'a JobAdmission, bool)],
+    jobs: &[JobInfo],
+    queue: &QueueInfo,
+    job: &JobInfo,
+) -> Option<Vec<(usize, &'a JobAdmission, bool)>> {
+    // Bound first: if all of them together are not enough, none of this helps.
+    for (vi, a, _) in candidates {
+        state.unhold(&jobs[*vi], a);
+    }
+    let possible = state.fit(queue, job).is_ok();
+    for (vi, a, _) in candidates {
+        state.hold(&jobs[*vi], a);
+    }
+    if !possible {
+        return None;
+    }
+    let mut chosen: Vec<(usize, &JobAdmission, bool)> = Vec::new();
+    let mut fits = false;
+    for &c in candidates {
+        // A reclaim victim only while its queue still borrows that entry.
+        if c.2 && !state.ledger.borrowing(&c.1.queue, &c.1.gpu_type) {
+            continue;
+        }
+        state.unhold(&jobs[c.0], c.1);
+        chosen.push(c);
+        if state.fit(queue, job).is_ok() {
+            fits = true;
+            break;
+        }
+    }
+    if !fits {
+        for (vi, a, _) in &chosen {
+            state.hold(&jobs[*vi], a);
+        }
+        return None;
+    }
+    // Fewest: give back, last chosen first, every victim the job can do without.
+    let mut i = chosen.len();
+    while i > 0 {
+        i -= 1;
+        let (vi, a, _) = chosen[i];
+        state.hold(&jobs[vi], a);
+        if state.fit(queue, job).is_ok() {
+            chosen.remove(i);
+        } else {
+            state.unhold(&jobs[vi], a);
+        }
+    }
+    Some(chosen)
+}
+
+/// Whether `job`, run in the room `chosen` leave (already off `state`), neither borrows what
+/// a lender needs at once nor delays a blocked head.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the cycle's working state, passed apart"
+)]
+fn victims_allowed(
+    state: &State,
+    heads: &mut [HeadReservation],
+    chosen: &[(usize, &JobAdmission, bool)],
+    (pending, admitted): (&BTreeMap<usize, Vec<usize>>, &BTreeSet<usize>),
+    jobs: &[JobInfo],
+    queues: &[QueueInfo],
+    qi: usize,
+    ji: usize,
+    now: Timestamp,
+) -> bool {
+    let (queue, job) = (&queues[qi], &jobs[ji]);
+    let Ok(fit) = state.fit(queue, job) else {
+        return false;
+    };
+    if fit.borrowed > 0
+        && lender_needing(queues, jobs, pending, admitted, state, qi, &fit.entry, job.demand())
+            .is_some()
+    {
+        return false;
+    }
+    let end = job
+        .expected_seconds
+        .and_then(|s| now.checked_add(jiff::SignedDuration::from_secs(s)).ok());
+    for h in heads {
+        let still_there: Vec<_> = chosen
+            .iter()
+            .filter(|(vi, a, _)| {
+                simulate::release_at(&jobs[*vi], a, false, now).is_none_or(|t| t > h.eta)
+            })
+            .collect();
+        for (vi, a, _) in &still_there {
+            h.then.unhold(&jobs[*vi], a);
+        }
+        let runs_past = end.is_none_or(|e| e > h.eta);
+        let a = runs_past.then(|| h.then.admit(&queue.name, job, &fit, now));
+        let delayed = h.then.fit(&queues[h.queue], &jobs[h.job]).is_err();
+        if let Some(a) = a {
+            h.then.unhold(job, &a);
+        }
+        for (vi, a, _) in &still_there {
+            h.then.hold(&jobs[*vi], a);
+        }
+        if delayed {
+            return false;
+        }
+    }
+    true
 }
 
 /// Tries to make room for `jobs[ji]` of `queues[qi]` by preemption; the shortfall to report
@@ -741,8 +954,9 @@ fn preempt_for(
     out: &mut Cycle,
     victims_now: &mut BTreeSet<usize>,
     running: &[(usize, JobAdmission)],
-    heads: &[HeadReservation],
+    heads: &mut [HeadReservation],
     (pending, admitted): (&BTreeMap<usize, Vec<usize>>, &BTreeSet<usize>),
+    no_room: &mut HashMap<(usize, Option<String>, bool), Milli>,
     jobs: &[JobInfo],
     queues: &[QueueInfo],
     qi: usize,
@@ -760,15 +974,23 @@ fn preempt_for(
         })
         .collect();
     if !going.is_empty() {
-        let mut after = state.clone();
+        // Tried in place, then taken back: they hold what they hold until they are gone.
         for (i, a) in &going {
-            after.unhold(&jobs[*i], a);
+            state.unhold(&jobs[*i], a);
         }
-        if after.fit(queue, job).is_ok() {
+        let enough = state.fit(queue, job).is_ok();
+        for (i, a) in &going {
+            state.hold(&jobs[*i], a);
+        }
+        if enough {
             return Some(Shortfall::WaitingForPreempted { jobs: going.len() });
         }
     }
     if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
+        return None;
+    }
+    let memo = (qi, job.gpu_type.clone(), matches!(job.share, Share::Fraction(_)));
+    if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
         return None;
     }
     let cohort = state.ledger.cohort(&queue.name).map(str::to_owned);
@@ -808,71 +1030,22 @@ fn preempt_for(
             .then_with(|| vb.created.cmp(&va.created))
             .then_with(|| va.key.cmp(&vb.key))
     });
-    let mut trial = state.clone();
-    let mut chosen: Vec<(usize, &JobAdmission, bool)> = Vec::new();
-    let mut fits = false;
-    for c in candidates {
-        // A reclaim victim only while its queue still borrows that entry.
-        if c.2 && !trial.ledger.borrowing(&c.1.queue, &c.1.gpu_type) {
-            continue;
-        }
-        trial.unhold(&jobs[c.0], c.1);
-        chosen.push(c);
-        if trial.fit(queue, job).is_ok() {
-            fits = true;
-            break;
-        }
-    }
-    if !fits {
+    if candidates.is_empty() {
         return None;
     }
-    // Fewest: give back, last chosen first, every victim the job can do without.
-    let mut i = chosen.len();
-    while i > 0 {
-        i -= 1;
-        let (vi, a, _) = chosen[i];
-        trial.hold(&jobs[vi], a);
-        if trial.fit(queue, job).is_ok() {
-            chosen.remove(i);
-        } else {
-            trial.unhold(&jobs[vi], a);
-        }
-    }
-    // The job then runs in the victims' room: that must not delay a blocked job ahead.
-    let fit = trial.fit(queue, job).ok()?;
-    if fit.borrowed > 0
-        && lender_needing(
-            queues,
-            jobs,
-            pending,
-            admitted,
-            &trial,
-            qi,
-            &fit.entry,
-            job.demand(),
-        )
-        .is_some()
-    {
+    // Everything below is tried in place on `state` and taken back before returning: the
+    // victims stay charged until their workers are gone.
+    let Some(chosen) = choose_victims(state, &candidates, jobs, queue, job) else {
+        let d = no_room.entry(memo).or_insert(Milli::MAX);
+        *d = (*d).min(job.demand());
         return None;
+    };
+    let allowed = victims_allowed(state, heads, &chosen, (pending, admitted), jobs, queues, qi, ji, now);
+    for (vi, a, _) in &chosen {
+        state.hold(&jobs[*vi], a);
     }
-    let end = job
-        .expected_seconds
-        .and_then(|s| now.checked_add(jiff::SignedDuration::from_secs(s)).ok());
-    for h in heads {
-        let mut then = h.then.clone();
-        for (vi, a, _) in &chosen {
-            let gone_by_then =
-                simulate::release_at(&jobs[*vi], a, false, now).is_some_and(|t| t <= h.eta);
-            if !gone_by_then {
-                then.unhold(&jobs[*vi], a);
-            }
-        }
-        if end.is_none_or(|e| e > h.eta) {
-            then.admit(&queue.name, job, &fit, now);
-        }
-        if then.fit(&queues[h.queue], &jobs[h.job]).is_err() {
-            return None;
-        }
+    if !allowed {
+        return None;
     }
     let mut victims = Vec::new();
     for (vi, _, reclaim) in chosen {
@@ -896,7 +1069,7 @@ impl State {
     /// The quota entries `job` could be charged to in `queue`.
     fn fit_entries(&self, queue: &QueueInfo, job: &JobInfo) -> Vec<String> {
         self.options(queue, job)
-            .map(|o| o.into_iter().map(|(e, _)| e).collect())
+            .map(|o| o.into_iter().map(|(e, _)| e.to_owned()).collect())
             .unwrap_or_default()
     }
 }

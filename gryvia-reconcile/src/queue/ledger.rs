@@ -6,7 +6,7 @@
 //! exceeds its nominal. So: a queue uses at most `nominal + borrowingLimit`, the cohort's
 //! pool is never overdrawn, and no queue lends more than its `lendingLimit`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Milli, QueueInfo, QuotaEntry};
 
@@ -27,9 +27,9 @@ pub struct QuotaShort {
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
     /// Queue name -> its info (entries by gpuType) and usage per entry.
-    queues: BTreeMap<String, Account>,
-    /// (cohort, gpuType) -> pool.
-    pools: BTreeMap<(String, String), Pool>,
+    queues: HashMap<String, Account>,
+    /// Cohort -> gpuType -> pool.
+    pools: HashMap<String, HashMap<String, Pool>>,
 }
 
 #[derive(Clone, Debug)]
@@ -65,7 +65,9 @@ impl Ledger {
                 for e in entries.values() {
                     ledger
                         .pools
-                        .entry((c.clone(), e.gpu_type.clone()))
+                        .entry(c.clone())
+                        .or_default()
+                        .entry(e.gpu_type.clone())
                         .or_default()
                         .size += e.lendable();
                 }
@@ -118,7 +120,8 @@ impl Ledger {
         };
         let pool = self
             .pools
-            .get(&(cohort.clone(), entry.to_owned()))
+            .get(cohort)
+            .and_then(|p| p.get(entry))
             .copied()
             .unwrap_or_default();
         let g = e.guaranteed();
@@ -146,14 +149,20 @@ impl Ledger {
         let Some(acct) = self.queues.get_mut(queue) else {
             return;
         };
-        let used = acct.used.entry(entry.to_owned()).or_insert(0);
+        if !acct.used.contains_key(entry) {
+            acct.used.insert(entry.to_owned(), 0);
+        }
+        let Some(used) = acct.used.get_mut(entry) else {
+            return;
+        };
         let before = *used;
         *used = (*used + delta).max(0);
         let after = *used;
         if let (Some(c), Some(e)) = (&acct.cohort, acct.entries.get(entry)) {
             let g = e.guaranteed();
-            let pool = self.pools.entry((c.clone(), entry.to_owned())).or_default();
-            pool.drawn += above(after, g) - above(before, g);
+            if let Some(pool) = self.pools.get_mut(c).and_then(|p| p.get_mut(entry)) {
+                pool.drawn += above(after, g) - above(before, g);
+            }
         }
     }
 
@@ -201,10 +210,16 @@ impl Ledger {
     }
 
     fn lent(&self, cohort: &str, entry: &str, queue: &str) -> Milli {
-        let members = self
+        let mut names: Vec<&String> = self
             .queues
             .iter()
             .filter(|(_, a)| a.cohort.as_deref() == Some(cohort))
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        let members = names
+            .into_iter()
+            .filter_map(|n| Some((n, self.queues.get(n)?)))
             .filter_map(|(n, a)| {
                 Some((
                     n,

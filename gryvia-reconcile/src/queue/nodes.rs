@@ -71,6 +71,13 @@ pub struct Used(pub BTreeMap<Slot, u32>);
 impl Used {
     /// In use of `slot`.
     pub fn of(&self, slot: &Slot) -> u32 {
+        if *slot == Slot::Gpu {
+            // Whole GPUs sort first: the common case without a tree search.
+            return match self.0.first_key_value() {
+                Some((Slot::Gpu, n)) => *n,
+                _ => 0,
+            };
+        }
         self.0.get(slot).copied().unwrap_or(0)
     }
 
@@ -264,7 +271,7 @@ pub enum Placement {
 /// (fewest nodes), its last workers again best fit.
 pub fn place(
     all: &[NodeCapacity],
-    nodes: &[usize],
+    nodes: impl Iterator<Item = usize>,
     slot: &Slot,
     per: u32,
     workers: u32,
@@ -273,8 +280,7 @@ pub fn place(
         return Placement::Placed(Vec::new());
     }
     let mut room: Vec<(u32, &str)> = nodes
-        .iter()
-        .map(|&i| (all[i].free(slot) / per, all[i].name.as_str()))
+        .map(|i| (all[i].free(slot) / per, all[i].name.as_str()))
         .filter(|(r, _)| *r > 0)
         .collect();
     let total: u32 = room.iter().map(|(r, _)| *r).sum();

@@ -2,7 +2,7 @@
 //! template's history), when a blocked job could start, and when every pending job is
 //! expected to start if nothing new arrives.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gryvia_types::JobAdmission;
 use gryvia_types::scheduling::QueueingStrategy;
@@ -52,6 +52,11 @@ fn releases<'a>(
     out
 }
 
+/// The quota a queue draws on: its cohort's, or its own.
+fn then_scope<'a>(state: &'a State, queue: &'a str) -> &'a str {
+    state.ledger.cohort(queue).unwrap_or(queue)
+}
+
 /// The earliest time `job` of `queue` fits as running jobs end, and the cluster as it is
 /// then (without `job`); `None` when it does not fit even after every job with a known end.
 pub(super) fn earliest_start(
@@ -64,12 +69,19 @@ pub(super) fn earliest_start(
     now: Timestamp,
 ) -> Option<(Timestamp, State)> {
     let mut then = state.clone();
+    let own = then_scope(state, &queue.name);
     for (t, i, a) in releases(jobs, running, victims, now)
         .into_iter()
         .take(HORIZON)
     {
         then.unhold(&jobs[i], a);
-        if then.fit(queue, job).is_ok() {
+        // Only a job sharing its quota or its GPU product can make room for it.
+        let helps = then_scope(state, &a.queue) == own
+            || job
+                .gpu_type
+                .as_deref()
+                .is_none_or(|p| a.product.as_deref() == Some(p));
+        if helps && then.fit(queue, job).is_ok() {
             return Some((t, then));
         }
     }
@@ -106,10 +118,19 @@ pub(super) fn etas(
     let mut left: Vec<usize> = pending.to_vec();
     let mut out = BTreeMap::new();
     let mut steps = 0;
+    // A job ending only helps jobs that share its quota (its cohort, or its queue alone) or
+    // its GPU product: only those are tried again.
+    let scope: HashMap<&str, &str> = world
+        .queues
+        .iter()
+        .map(|q| (q.name.as_str(), q.cohort.as_deref().unwrap_or(q.name.as_str())))
+        .collect();
     while let Some(&(t, _)) = events.first() {
         if left.is_empty() || steps >= HORIZON {
             break;
         }
+        let mut scopes: HashSet<String> = HashSet::new();
+        let mut products: HashSet<String> = HashSet::new();
         while let Some(&(te, i)) = events.first() {
             if te > t {
                 break;
@@ -118,6 +139,10 @@ pub(super) fn etas(
             steps += 1;
             if let Some(a) = held.remove(&i) {
                 sim.unhold(&jobs[i], &a);
+                if let Some(s) = scope.get(a.queue.as_str()) {
+                    scopes.insert((*s).to_owned());
+                }
+                products.extend(a.product);
             }
         }
         let mut blocked: BTreeSet<usize> = BTreeSet::new();
@@ -128,7 +153,13 @@ pub(super) fn etas(
             if blocked.contains(&qi) {
                 return true;
             }
-            match sim.fit(queue, job) {
+            let helped = scope.get(queue.name.as_str()).is_some_and(|s| scopes.contains(*s))
+                || job
+                    .gpu_type
+                    .as_ref()
+                    .map_or(!products.is_empty(), |p| products.contains(p));
+            let fits = if helped { sim.fit(queue, job).ok() } else { None };
+            match fits.ok_or(()) {
                 Ok(fit) => {
                     let a = sim.admit(&queue.name, job, &fit, t);
                     out.insert(ji, t);
