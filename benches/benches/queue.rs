@@ -63,7 +63,9 @@ fn job(i: usize, queues: usize, offset: usize) -> JobInfo {
     JobInfo {
         key: JobKey::new(format!("q{:03}", k % queues), format!("job-{k:05}")),
         created: now()
-            .checked_sub(jiff::SignedDuration::from_secs(i64::try_from(k).unwrap_or(0)))
+            .checked_sub(jiff::SignedDuration::from_secs(
+                i64::try_from(k).unwrap_or(0),
+            ))
             .unwrap_or(now()),
         class_value: if k % 17 == 0 { 1000 } else { 0 },
         priority: i32::try_from(k % 101).unwrap_or(50),
@@ -104,7 +106,11 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     for preempt in [false, true] {
         let w = world(preempt);
-        let running = w.jobs.iter().filter(|j| matches!(j.state, JobState::Admitted(_))).count();
+        let running = w
+            .jobs
+            .iter()
+            .filter(|j| matches!(j.state, JobState::Admitted(_)))
+            .count();
         let name = format!(
             "cycle/10000_pending_{running}_running_100_queues_1000_nodes{}",
             if preempt { "_preemption_on" } else { "" }

@@ -593,3 +593,36 @@ fn a_second_cycle_over_what_the_first_wrote_changes_nothing() {
     assert!(c2.admitted.is_empty() && c2.preempted.is_empty() && c2.released.is_empty());
     assert_eq!(c1.pending, c2.pending);
 }
+
+#[test]
+fn a_cycle_reads_and_writes_json_with_resource_names_and_job_keys_as_text() {
+    let w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![job("ml", "a", 1, 4, 1), job("ml", "b", 1, 8, 0)],
+    );
+    let json = serde_json::to_value(&w).unwrap();
+    assert_eq!(
+        json["nodes"][0]["allocatable"],
+        serde_json::json!({"nvidia.com/gpu": 8})
+    );
+    assert_eq!(json["jobs"][0]["key"], "ml/a");
+    let back: QueueWorld = serde_json::from_value(json).unwrap();
+    assert_eq!(back, w);
+    let c = serde_json::to_value(cycle(&w, now())).unwrap();
+    assert_eq!(c["admitted"][0]["job"], "ml/a");
+    assert!(
+        c["pending"]["ml/b"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("needs 8 GPUs")
+    );
+    let bad: Result<QueueWorld, _> = serde_json::from_value(serde_json::json!({
+        "queues": [], "jobs": [], "nodes": [{"name": "n", "allocatable": {"cpu": 8}}]
+    }));
+    assert!(
+        bad.unwrap_err()
+            .to_string()
+            .contains("\"cpu\" is not a GPU resource")
+    );
+}

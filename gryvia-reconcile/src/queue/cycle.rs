@@ -192,14 +192,18 @@ impl State {
         // (node, planned, live): a handful of nodes, so a list rather than a map.
         let mut counts: Vec<(usize, u32, u32)> = Vec::with_capacity(a.nodes.len());
         for n in &a.nodes {
-            let Some(&i) = self.index.get(n) else { continue };
+            let Some(&i) = self.index.get(n) else {
+                continue;
+            };
             match counts.iter_mut().find(|c| c.0 == i) {
                 Some(c) => c.1 += 1,
                 None => counts.push((i, 1, 0)),
             }
         }
         for (n, &live) in &job.live {
-            let Some(&i) = self.index.get(n) else { continue };
+            let Some(&i) = self.index.get(n) else {
+                continue;
+            };
             match counts.iter_mut().find(|c| c.0 == i) {
                 Some(c) => c.2 = live,
                 None => counts.push((i, 0, live)),
@@ -352,7 +356,12 @@ impl State {
             && let (fit, nodes_with_room) = self.gpu_room(p, per)
             && fit < job.workers
         {
-            return Err(self.placement_short(job, product, candidates.len(), (fit, nodes_with_room)));
+            return Err(self.placement_short(
+                job,
+                product,
+                candidates.len(),
+                (fit, nodes_with_room),
+            ));
         }
         let usable = |i: usize| self.nodes[i].usable_by(reservation);
         // The kinds of slot one worker takes on these nodes (whole GPUs, a MIG slice,
@@ -376,7 +385,10 @@ impl State {
                 return Ok((slot, per, Vec::new()));
             }
             let nodes = candidates.iter().copied().filter(|&i| {
-                usable(i) && self.nodes[i].slot_for(job.share).is_some_and(|k| k == (slot.clone(), per))
+                usable(i)
+                    && self.nodes[i]
+                        .slot_for(job.share)
+                        .is_some_and(|k| k == (slot.clone(), per))
             });
             match place(&self.nodes, nodes, &slot, per, job.workers) {
                 Placement::Placed(p) => return Ok((slot, per, p)),
@@ -391,7 +403,13 @@ impl State {
 
     /// Why `job` does not fit on the nodes of `product`: `room` is (workers that fit, nodes
     /// with room).
-    fn placement_short(&self, job: &JobInfo, product: Option<&str>, nodes: usize, room: (u32, u32)) -> Shortfall {
+    fn placement_short(
+        &self,
+        job: &JobInfo,
+        product: Option<&str>,
+        nodes: usize,
+        room: (u32, u32),
+    ) -> Shortfall {
         let (mut unavailable, mut reserved) = product
             .and_then(|p| self.not_capacity.get(p))
             .cloned()
@@ -400,7 +418,10 @@ impl State {
         if let (Some(r), Some(p)) = (job.reservation.as_deref(), product) {
             let own = self.by_product.get(p).map_or(0, |ns| {
                 ns.iter()
-                    .filter(|&&i| self.nodes[i].unavailable.is_none() && self.nodes[i].reserved_by.as_deref() == Some(r))
+                    .filter(|&&i| {
+                        self.nodes[i].unavailable.is_none()
+                            && self.nodes[i].reserved_by.as_deref() == Some(r)
+                    })
                     .count()
             });
             reserved = reserved.saturating_sub(u32::try_from(own).unwrap_or(0));
@@ -687,7 +708,8 @@ impl Pass<'_> {
                     self.blocked.entry(qi).or_insert(ji);
                     return None;
                 }
-                if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, &fit, now) {
+                if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, &fit, now)
+                {
                     self.reasons.insert(
                         ji,
                         Shortfall::WouldDelay {
@@ -908,8 +930,17 @@ fn victims_allowed(
         return false;
     };
     if fit.borrowed > 0
-        && lender_needing(queues, jobs, pending, admitted, state, qi, &fit.entry, job.demand())
-            .is_some()
+        && lender_needing(
+            queues,
+            jobs,
+            pending,
+            admitted,
+            state,
+            qi,
+            &fit.entry,
+            job.demand(),
+        )
+        .is_some()
     {
         return false;
     }
@@ -989,7 +1020,11 @@ fn preempt_for(
     if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
         return None;
     }
-    let memo = (qi, job.gpu_type.clone(), matches!(job.share, Share::Fraction(_)));
+    let memo = (
+        qi,
+        job.gpu_type.clone(),
+        matches!(job.share, Share::Fraction(_)),
+    );
     if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
         return None;
     }
@@ -1040,7 +1075,17 @@ fn preempt_for(
         *d = (*d).min(job.demand());
         return None;
     };
-    let allowed = victims_allowed(state, heads, &chosen, (pending, admitted), jobs, queues, qi, ji, now);
+    let allowed = victims_allowed(
+        state,
+        heads,
+        &chosen,
+        (pending, admitted),
+        jobs,
+        queues,
+        qi,
+        ji,
+        now,
+    );
     for (vi, a, _) in &chosen {
         state.hold(&jobs[*vi], a);
     }

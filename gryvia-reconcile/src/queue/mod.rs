@@ -220,8 +220,9 @@ impl QueueInfo {
     }
 }
 
-/// A job's namespace and name.
+/// A job's namespace and name; in JSON the text `namespace/name`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct JobKey {
     /// Namespace.
     pub namespace: String,
@@ -235,6 +236,23 @@ impl JobKey {
         Self {
             namespace: namespace.into(),
             name: name.into(),
+        }
+    }
+}
+
+impl From<JobKey> for String {
+    fn from(k: JobKey) -> Self {
+        k.to_string()
+    }
+}
+
+impl TryFrom<String> for JobKey {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok(Self::new(ns, name)),
+            _ => Err(format!("{s:?} is not namespace/name")),
         }
     }
 }

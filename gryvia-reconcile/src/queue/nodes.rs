@@ -64,9 +64,32 @@ impl Slot {
     }
 }
 
-/// GPU resources in use on a node, by resource.
+/// GPU resources on a node, by resource; in JSON a map of resource names
+/// (`{"nvidia.com/gpu": 8, "nvidia.com/mig-3g.40gb": 2}`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "BTreeMap<String, u32>", into = "BTreeMap<String, u32>")]
 pub struct Used(pub BTreeMap<Slot, u32>);
+
+impl From<Used> for BTreeMap<String, u32> {
+    fn from(u: Used) -> Self {
+        u.0.into_iter().map(|(s, n)| (s.resource(), n)).collect()
+    }
+}
+
+impl TryFrom<BTreeMap<String, u32>> for Used {
+    type Error = String;
+
+    fn try_from(m: BTreeMap<String, u32>) -> Result<Self, Self::Error> {
+        m.into_iter()
+            .map(|(name, n)| {
+                Slot::of_resource(&name)
+                    .map(|s| (s, n))
+                    .ok_or_else(|| format!("{name:?} is not a GPU resource (nvidia.com/gpu, nvidia.com/gpu.shared or nvidia.com/mig-<profile>)"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Used)
+    }
+}
 
 impl Used {
     /// In use of `slot`.

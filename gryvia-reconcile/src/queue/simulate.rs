@@ -123,7 +123,12 @@ pub(super) fn etas(
     let scope: HashMap<&str, &str> = world
         .queues
         .iter()
-        .map(|q| (q.name.as_str(), q.cohort.as_deref().unwrap_or(q.name.as_str())))
+        .map(|q| {
+            (
+                q.name.as_str(),
+                q.cohort.as_deref().unwrap_or(q.name.as_str()),
+            )
+        })
         .collect();
     while let Some(&(t, _)) = events.first() {
         if left.is_empty() || steps >= HORIZON {
@@ -153,12 +158,18 @@ pub(super) fn etas(
             if blocked.contains(&qi) {
                 return true;
             }
-            let helped = scope.get(queue.name.as_str()).is_some_and(|s| scopes.contains(*s))
+            let helped = scope
+                .get(queue.name.as_str())
+                .is_some_and(|s| scopes.contains(*s))
                 || job
                     .gpu_type
                     .as_ref()
                     .map_or(!products.is_empty(), |p| products.contains(p));
-            let fits = if helped { sim.fit(queue, job).ok() } else { None };
+            let fits = if helped {
+                sim.fit(queue, job).ok()
+            } else {
+                None
+            };
             match fits.ok_or(()) {
                 Ok(fit) => {
                     let a = sim.admit(&queue.name, job, &fit, t);
