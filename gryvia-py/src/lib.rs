@@ -840,6 +840,42 @@ fn reconcile_budget(
     plan(py, &BudgetReconciler, budget, "budget", world, now)
 }
 
+/// One admission cycle of the native queue scheduler over `world` (keys of `QueueWorld`:
+/// `queues`, `jobs`, `nodes`) at `now`: the jobs admitted (with their placement), preempted
+/// and released, every pending job's queue, position, reason and expected start, and every
+/// queue's usage. The same function the ai-operator runs with `--native-queue-scheduler`.
+#[pyfunction]
+#[pyo3(signature = (world, now=None))]
+fn schedule(py: Python<'_>, world: &Bound<'_, PyAny>, now: Option<&str>) -> PyResult<Py<PyAny>> {
+    let world: gryvia_reconcile::queue::QueueWorld = typed(world, "world")?;
+    let now = parse_now(now)?;
+    let cycle = py.detach(|| gryvia_reconcile::queue::cycle(&world, now));
+    out(py, &cycle)
+}
+
+/// When the pending job `namespace/name` of `world` is expected to start (RFC 3339), `None`
+/// when that cannot be known: "when would this start?" without creating anything.
+#[pyfunction]
+#[pyo3(signature = (world, namespace, name, now=None))]
+fn expected_start(
+    world: &Bound<'_, PyAny>,
+    namespace: &str,
+    name: &str,
+    now: Option<&str>,
+) -> PyResult<Option<String>> {
+    let world: gryvia_reconcile::queue::QueueWorld = typed(world, "world")?;
+    let key = gryvia_reconcile::queue::JobKey::new(namespace, name);
+    if !world.jobs.iter().any(|j| j.key == key) {
+        return Err(ValidationError::new_err(format!(
+            "world.jobs: no job {namespace}/{name}"
+        )));
+    }
+    Ok(
+        gryvia_reconcile::queue::expected_start(&world, &key, parse_now(now)?)
+            .map(|t| t.to_string()),
+    )
+}
+
 /// The native module.
 #[pymodule]
 fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -855,6 +891,8 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_all, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add_function(wrap_pyfunction!(reconcile, m)?)?;
+    m.add_function(wrap_pyfunction!(schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(expected_start, m)?)?;
     m.add_function(wrap_pyfunction!(render_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_template, m)?)?;
     m.add_function(wrap_pyfunction!(admit_job, m)?)?;

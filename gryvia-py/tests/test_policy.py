@@ -129,3 +129,29 @@ def test_reservation_windows_and_cron():
     assert gryvia.next_cron("*/5 * * * *", "2026-12-02T12:01:00Z") == "2026-12-02T12:05:00Z"
     with pytest.raises(gryvia.ValidationError, match="minute"):
         gryvia.next_cron("61 * * * *", "2026-12-02T12:01:00Z")
+
+
+def test_schedule_admits_what_fits_and_says_why_the_rest_waits():
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    queue = {"name": "ml", "namespaces": ["ml"], "cohort": None,
+             "resources": [{"gpuType": h100, "nominal": 8000, "borrowingLimit": None, "lendingLimit": None}],
+             "strategy": "StrictFIFO", "preemptLowerPriority": False, "reclaimWithinCohort": False,
+             "gangAdmission": True}
+
+    def job(name, gpus, minute):
+        return {"key": f"ml/{name}", "created": f"2026-12-03T11:{minute:02d}:00Z",
+                "classValue": 0, "priority": 50, "gpuType": h100, "workers": 1, "share": {"Gpus": gpus},
+                "reservation": None, "expectedSeconds": None, "graceSeconds": 30, "state": "Pending", "live": {}}
+
+    node = {"name": "n1", "product": h100, "allocatable": {"nvidia.com/gpu": 8}, "replicas": 0,
+            "gpuMemoryMib": None, "unavailable": None, "reservedBy": None, "used": {}}
+    world = {"queues": [queue], "jobs": [job("a", 8, 1), job("b", 4, 2)], "nodes": [node]}
+    c = gryvia.schedule(world, now="2026-12-03T12:00:00Z")
+    assert [a["job"] for a in c["admitted"]] == ["ml/a"]
+    assert c["admitted"][0]["admission"]["nodes"] == ["n1"]
+    waiting = c["pending"]["ml/b"]
+    assert waiting["reason"] == f"needs 4 GPUs of {h100}; queue ml has 0 of 8 nominal free"
+    assert gryvia.expected_start(world, "ml", "a", now="2026-12-03T12:00:00Z") == "2026-12-03T12:00:00Z"
+    with pytest.raises(gryvia.ValidationError, match="not a GPU resource"):
+        node["allocatable"] = {"cpu": 8}
+        gryvia.schedule(world)

@@ -28,6 +28,7 @@ pub mod maintenance;
 pub mod metering;
 pub mod plan;
 pub mod priority;
+pub mod queue;
 pub mod reservation;
 pub mod template;
 pub mod tenancy;

@@ -40,6 +40,8 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[x_kube(validation = Rule::new("!has(self.gpuType) || self.gpus > 0").message("spec.gpuType requires spec.gpus > 0"))]
+#[x_kube(validation = Rule::new("!has(self.gpuFraction) || self.gpuFraction == 0.5 || self.gpuFraction == 0.25 || self.gpuFraction == 0.125").message("spec.gpuFraction must be 0.5, 0.25 or 0.125"))]
+#[x_kube(validation = Rule::new("!has(self.gpuFraction) || self.gpus == 1").message("spec.gpuFraction asks for part of one GPU: spec.gpus must be 1"))]
 #[x_kube(validation = Rule::new("self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))").message("spec.volumeMounts: every mount must name a volume in spec.volumes"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaAIJobSpec {
@@ -66,6 +68,12 @@ pub struct GryviaAIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     pub gpu_type: Option<String>,
+    /// Part of one GPU per worker: 0.5, 0.25 or 0.125 (with `gpus: 1`). The native queue
+    /// counts the fraction against quota and places the worker on a shared GPU: a MIG
+    /// slice of that size (`nvidia.com/mig-<profile>`) or time-slicing replicas
+    /// (`nvidia.com/gpu.shared`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_fraction: Option<f64>,
     /// Number of workers. More than one makes an Indexed Job with a headless Service, and
     /// every worker gets its rank, the world size and the master address in its environment.
     #[serde(default = "default_replicas")]
@@ -118,6 +126,12 @@ pub struct GryviaAIJobSpec {
     /// Annotations of every worker pod.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
+    /// Seconds a preempted job's workers get between the preemption notice (the
+    /// `Preempted` condition, the `gryvia.io/preemption-notice` pod annotation and SIGTERM)
+    /// and their end, to write a checkpoint.
+    #[serde(default = "default_preemption_grace")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub preemption_grace_period_seconds: i64,
     /// Seconds the job may run before it is stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -142,6 +156,9 @@ fn default_priority() -> i32 {
 }
 fn default_retry_limit() -> i32 {
     3
+}
+fn default_preemption_grace() -> i64 {
+    30
 }
 
 /// Training framework.
@@ -349,6 +366,75 @@ pub struct GryviaAIJobStatus {
     /// Conditions: Scheduled, Running, Succeeded, Failed (and Ready=False/InvalidSpec).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The native queue's admission of the job: where its workers run and what it is charged
+    /// (written by the queue scheduler only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<JobAdmission>,
+    /// Where the job waits in its queue and why (written by the queue scheduler only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStanding>,
+    /// The preemption under way (written by the queue scheduler only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionNotice>,
+}
+
+/// A job admitted by the native queue scheduler.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobAdmission {
+    /// The GryviaQueue that admitted it.
+    pub queue: String,
+    /// The queue's quota entry it is charged to (`spec.resources[].gpuType`, maybe `*`).
+    pub gpu_type: String,
+    /// The GPU product its workers run on (`nvidia.com/gpu.product`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// The extended resource each worker requests: `nvidia.com/gpu`, `nvidia.com/gpu.shared`
+    /// or a MIG profile such as `nvidia.com/mig-3g.40gb`.
+    pub resource: String,
+    /// How many of `resource` each worker requests.
+    pub per_worker: i32,
+    /// Quota charged, in thousandths of a GPU.
+    pub milli_gpus: i64,
+    /// The node of each worker, as planned (the workers may only run on these nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Part of the charge borrowed from the cohort, in thousandths of a GPU.
+    #[serde(default)]
+    pub borrowed_milli_gpus: i64,
+    /// When it was admitted.
+    pub admitted_at: Time,
+}
+
+/// Where a job waits in its queue.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStanding {
+    /// The GryviaQueue.
+    pub queue: String,
+    /// Position among the queue's pending jobs, from 1.
+    pub position: i32,
+    /// Why it is not admitted, in numbers.
+    pub reason: String,
+    /// When it is expected to start (absent when that cannot be known: a running job without
+    /// `activeDeadlineSeconds` holds what it needs, or it can never fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<Time>,
+}
+
+/// A preemption notice: the job's workers are stopped after `graceSeconds`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionNotice {
+    /// The job it makes room for (`namespace/name`).
+    pub by: String,
+    /// Why: `WithinQueue` (a higher-priority job of the same queue) or `Reclaim` (the
+    /// cohort queue that lent the GPUs takes them back).
+    pub reason: String,
+    /// When the notice was given.
+    pub notice_at: Time,
+    /// Seconds the workers have to write a checkpoint.
+    pub grace_seconds: i64,
 }
 
 /// A failed pod of a job and what the controller made of it.

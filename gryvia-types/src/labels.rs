@@ -57,3 +57,14 @@ pub const MIRROR_POD: &str = "kubernetes.io/config.mirror";
 pub const NVIDIA_GPU_REQUESTS: &str = "requests.nvidia.com/gpu";
 /// The taint effect Gryvia's quarantine and reservation taints carry.
 pub const NO_SCHEDULE: &str = "NoSchedule";
+/// Time-slicing replicas: each GPU of the node is advertised as this resource once per
+/// replica (NVIDIA device plugin, `renameByDefault`).
+pub const NVIDIA_GPU_SHARED_RESOURCE: &str = "nvidia.com/gpu.shared";
+/// Time-slicing replicas per GPU (label of GPU feature discovery).
+pub const NVIDIA_GPU_REPLICAS: &str = "nvidia.com/gpu.replicas";
+/// Prefix of the MIG slice resources (`nvidia.com/mig-3g.40gb`; NVIDIA device plugin, mixed
+/// strategy).
+pub const NVIDIA_MIG_PREFIX: &str = "nvidia.com/mig-";
+/// Pod annotation the queue scheduler sets on a preempted job's workers (the notice time, RFC
+/// 3339): readable in the pod through the downward API before SIGTERM.
+pub const PREEMPTION_NOTICE: &str = "gryvia.io/preemption-notice";

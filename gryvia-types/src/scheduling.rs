@@ -210,12 +210,16 @@ pub struct GryviaQueueStatus {
     /// Jobs admitted and not finished.
     #[serde(default)]
     pub admitted_jobs: i32,
-    /// GPUs in use per GPU type.
+    /// GPUs charged to this queue per quota entry (`spec.resources[].gpuType`); fractions of
+    /// a GPU count as such.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gpus_in_use: BTreeMap<String, i32>,
-    /// GPUs borrowed from the cohort per GPU type.
+    pub gpus_in_use: BTreeMap<String, f64>,
+    /// GPUs borrowed from the cohort per quota entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gpus_borrowed: BTreeMap<String, i32>,
+    pub gpus_borrowed: BTreeMap<String, f64>,
+    /// GPUs of this queue's nominal quota lent to the cohort, per quota entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_lent: BTreeMap<String, f64>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -82,6 +82,20 @@ def admit_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> Dict[str, 
 def mutate_job(job: Any) -> List[Dict[str, Any]]:
     """The mutating admission webhook's JSON Patch for a new job."""
 
+def schedule(world: Mapping[str, Any], now: Optional[str] = None) -> Dict[str, Any]:
+    """One admission cycle of the native queue scheduler: ``world`` has ``queues`` (``name``,
+    ``namespaces``, ``cohort``, ``resources`` in thousandths of a GPU, ``strategy``,
+    ``preemptLowerPriority``, ``reclaimWithinCohort``, ``gangAdmission``), ``jobs`` (``key``,
+    ``created``, ``classValue``, ``priority``, ``gpuType``, ``workers``, ``share``, ``state``,
+    ``live``, ...) and ``nodes`` (``name``, ``product``, ``allocatable``, ``used``, ...).
+    Returns ``admitted``, ``preempted``, ``released``, ``pending`` (queue, position, reason,
+    expectedStart per job), ``queues`` and ``problems``."""
+
+def expected_start(
+    world: Mapping[str, Any], namespace: str, name: str, now: Optional[str] = None
+) -> Optional[str]:
+    """When the pending job would start (RFC 3339), or ``None`` when that cannot be known."""
+
 def reconcile(
     object: Any,
     world: Optional[Mapping[str, Any]] = None,

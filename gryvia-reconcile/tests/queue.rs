@@ -1,0 +1,628 @@
+//! The native queue scheduler's admission cycle: quota, cohorts, gangs, order, preemption,
+//! fractions, backfill and why-pending, on plain inputs.
+
+use std::collections::BTreeMap;
+
+use gryvia_reconcile::queue::{
+    Fraction, JobInfo, JobKey, JobState, NodeCapacity, ONE_GPU, QueueInfo, QueueWorld, QuotaEntry,
+    Share, Slot, Unavailable, Used, cycle, expected_start,
+};
+use gryvia_types::scheduling::QueueingStrategy;
+
+const H100: &str = "NVIDIA-H100-80GB-HBM3";
+
+fn now() -> jiff::Timestamp {
+    "2026-12-03T12:00:00Z".parse().unwrap()
+}
+
+fn at(minutes: i64) -> jiff::Timestamp {
+    now()
+        .checked_add(jiff::SignedDuration::from_mins(minutes))
+        .unwrap()
+}
+
+fn queue(name: &str, nominal: i64) -> QueueInfo {
+    QueueInfo {
+        name: name.into(),
+        namespaces: vec![name.into()],
+        cohort: None,
+        resources: vec![QuotaEntry {
+            gpu_type: H100.into(),
+            nominal: nominal * ONE_GPU,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        strategy: QueueingStrategy::StrictFIFO,
+        preempt_lower_priority: false,
+        reclaim_within_cohort: false,
+        gang_admission: true,
+    }
+}
+
+fn in_cohort(mut q: QueueInfo, cohort: &str) -> QueueInfo {
+    q.cohort = Some(cohort.into());
+    q
+}
+
+fn node(name: &str, gpus: u32) -> NodeCapacity {
+    NodeCapacity {
+        name: name.into(),
+        product: Some(H100.into()),
+        allocatable: Used(BTreeMap::from([(Slot::Gpu, gpus)])),
+        gpu_memory_mib: Some(81_559),
+        ..NodeCapacity::default()
+    }
+}
+
+/// A pending job in namespace `ns`, created `age` minutes before now.
+fn job(ns: &str, name: &str, workers: u32, gpus: u32, age: i64) -> JobInfo {
+    JobInfo {
+        key: JobKey::new(ns, name),
+        created: at(-age),
+        class_value: 0,
+        priority: 50,
+        gpu_type: Some(H100.into()),
+        workers,
+        share: Share::Gpus(gpus),
+        reservation: None,
+        expected_seconds: None,
+        grace_seconds: 30,
+        state: JobState::Pending,
+        live: BTreeMap::new(),
+    }
+}
+
+fn world(queues: Vec<QueueInfo>, nodes: Vec<NodeCapacity>, jobs: Vec<JobInfo>) -> QueueWorld {
+    QueueWorld {
+        queues,
+        jobs,
+        nodes,
+    }
+}
+
+/// The world after a cycle's decisions are written and the workers of admitted jobs run on
+/// their planned nodes; preempted jobs keep their workers until `release` says they are gone.
+fn apply(w: &mut QueueWorld, c: &gryvia_reconcile::queue::Cycle) {
+    for a in &c.admitted {
+        let j = w.jobs.iter_mut().find(|j| j.key == a.job).unwrap();
+        j.state = JobState::Admitted(a.admission.clone());
+        j.live = BTreeMap::new();
+        for n in &a.admission.nodes {
+            *j.live.entry(n.clone()).or_insert(0) += 1;
+        }
+    }
+    for p in &c.preempted {
+        let j = w.jobs.iter_mut().find(|j| j.key == p.job).unwrap();
+        let JobState::Admitted(a) = j.state.clone() else {
+            panic!("{} preempted while not admitted", p.job)
+        };
+        j.state = JobState::Preempting(a, p.notice.clone());
+    }
+    for r in &c.released {
+        let j = w.jobs.iter_mut().find(|j| j.key == *r).unwrap();
+        j.state = JobState::Pending;
+        j.live.clear();
+    }
+}
+
+/// The workers of every preempted job end.
+fn workers_of_preempted_end(w: &mut QueueWorld) {
+    for j in &mut w.jobs {
+        if matches!(j.state, JobState::Preempting(..)) {
+            j.live.clear();
+        }
+    }
+}
+
+fn admitted(c: &gryvia_reconcile::queue::Cycle) -> Vec<String> {
+    c.admitted.iter().map(|a| a.job.name.clone()).collect()
+}
+
+fn reason<'a>(c: &'a gryvia_reconcile::queue::Cycle, ns: &str, name: &str) -> &'a str {
+    &c.pending[&JobKey::new(ns, name)].reason
+}
+
+#[test]
+fn a_queue_admits_up_to_its_nominal_quota_and_says_why_the_rest_waits() {
+    let w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![
+            job("ml", "a", 1, 4, 3),
+            job("ml", "b", 1, 4, 2),
+            job("ml", "c", 1, 4, 1),
+        ],
+    );
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["a", "b"]);
+    assert_eq!(
+        reason(&c, "ml", "c"),
+        format!("needs 4 GPUs of {H100}; queue ml has 0 of 8 nominal free")
+    );
+    let st = &c.pending[&JobKey::new("ml", "c")];
+    assert_eq!((st.queue.as_str(), st.position), ("ml", 1));
+    assert_eq!(st.expected_start, None, "no running job has a known end");
+    let q = &c.queues["ml"];
+    assert_eq!((q.pending, q.admitted), (1, 2));
+    assert_eq!(q.entries[H100], (8 * ONE_GPU, 0, 0));
+}
+
+#[test]
+fn queues_of_a_cohort_borrow_unused_quota_within_the_limits() {
+    let jobs = || {
+        vec![
+            job("a", "a1", 1, 8, 5),
+            job("a", "a2", 1, 4, 4),
+            job("a", "a3", 1, 2, 3),
+        ]
+    };
+    let nodes = || vec![node("n1", 8), node("n2", 8), node("n3", 8)];
+    // No limits: a borrows all of b's idle 8.
+    let c = cycle(
+        &world(
+            vec![in_cohort(queue("a", 8), "c"), in_cohort(queue("b", 8), "c")],
+            nodes(),
+            jobs(),
+        ),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["a1", "a2", "a3"]);
+    assert_eq!(c.queues["a"].entries[H100], (14 * ONE_GPU, 6 * ONE_GPU, 0));
+    assert_eq!(c.queues["b"].entries[H100], (0, 0, 6 * ONE_GPU));
+    // a's borrowing limit of 4.
+    let mut a = in_cohort(queue("a", 8), "c");
+    a.resources[0].borrowing_limit = Some(4 * ONE_GPU);
+    let c = cycle(
+        &world(vec![a, in_cohort(queue("b", 8), "c")], nodes(), jobs()),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["a1", "a2"]);
+    assert_eq!(
+        reason(&c, "a", "a3"),
+        format!(
+            "needs 2 GPUs of {H100}; queue a has 0 of 8 nominal free, cohort c lends 4 (borrowing limit 4)"
+        )
+    );
+    // b lends at most 2.
+    let mut b = in_cohort(queue("b", 8), "c");
+    b.resources[0].lending_limit = Some(2 * ONE_GPU);
+    let c = cycle(
+        &world(vec![in_cohort(queue("a", 8), "c"), b], nodes(), jobs()),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["a1"], "a2 (4) does not fit in the 2 b lends");
+    assert_eq!(
+        reason(&c, "a", "a3"),
+        "behind a/a2, which does not fit yet (StrictFIFO)"
+    );
+}
+
+#[test]
+fn strict_fifo_never_passes_a_blocked_head_and_best_effort_does() {
+    let jobs = vec![job("ml", "big", 1, 8, 3), job("ml", "small", 1, 2, 1)];
+    let nodes = vec![node("n1", 4)];
+    let c = cycle(
+        &world(vec![queue("ml", 16)], nodes.clone(), jobs.clone()),
+        now(),
+    );
+    assert!(c.admitted.is_empty());
+    assert_eq!(
+        reason(&c, "ml", "small"),
+        "behind ml/big, which does not fit yet (StrictFIFO)"
+    );
+    assert_eq!(c.pending[&JobKey::new("ml", "small")].position, 2);
+    let mut q = queue("ml", 16);
+    q.strategy = QueueingStrategy::BestEffortFIFO;
+    let c = cycle(&world(vec![q], nodes, jobs), now());
+    assert_eq!(admitted(&c), ["small"]);
+    assert_eq!(
+        reason(&c, "ml", "big"),
+        format!("needs 1 worker x 8 GPUs of {H100}; room for 0 workers on 1 node of {H100}")
+    );
+}
+
+#[test]
+fn order_is_class_value_then_priority_then_age() {
+    let mut old_low = job("ml", "old-low", 1, 8, 10);
+    old_low.priority = 10;
+    let mut new_high = job("ml", "new-high", 1, 8, 1);
+    new_high.priority = 90;
+    let mut classed = job("ml", "classed", 1, 8, 0);
+    classed.priority = 0;
+    classed.class_value = 1000;
+    let same_a = job("ml", "same-a", 1, 8, 5);
+    let c = cycle(
+        &world(
+            vec![queue("ml", 8)],
+            vec![node("n1", 8)],
+            vec![old_low, new_high, classed, same_a],
+        ),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["classed"]);
+    let pos = |n: &str| c.pending[&JobKey::new("ml", n)].position;
+    assert_eq!((pos("new-high"), pos("same-a"), pos("old-low")), (1, 2, 3));
+}
+
+#[test]
+fn a_gang_waits_whole_without_holding_gpus_then_starts_whole() {
+    // 16 workers x 1 GPU... here 2 workers x 8 GPUs on one free node and one half-busy node.
+    let mut busy = node("n2", 8);
+    busy.used = Used(BTreeMap::from([(Slot::Gpu, 4)]));
+    let mut w = world(
+        vec![queue("ml", 16)],
+        vec![node("n1", 8), busy],
+        vec![job("ml", "gang", 2, 8, 1)],
+    );
+    let c = cycle(&w, now());
+    assert!(c.admitted.is_empty(), "never half-placed");
+    assert_eq!(
+        reason(&c, "ml", "gang"),
+        format!("needs 2 workers x 8 GPUs of {H100}; room for 1 worker on 2 nodes of {H100}")
+    );
+    assert_eq!(
+        c.queues["ml"].entries[H100].0, 0,
+        "a waiting gang holds no quota"
+    );
+    w.nodes[1].used = Used::default();
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["gang"]);
+    assert_eq!(c.admitted[0].admission.nodes, ["n1", "n2"]);
+    assert_eq!(c.admitted[0].admission.resource, "nvidia.com/gpu");
+    assert_eq!(c.admitted[0].admission.per_worker, 8);
+}
+
+#[test]
+fn quarantined_cordoned_and_reserved_nodes_are_not_capacity() {
+    let mut q = node("q", 8);
+    q.unavailable = Some(Unavailable::Quarantined);
+    let mut c1 = node("c", 8);
+    c1.unavailable = Some(Unavailable::Cordoned);
+    let mut r = node("r", 8);
+    r.reserved_by = Some("team-x".into());
+    let w = world(
+        vec![queue("ml", 16)],
+        vec![q, c1, r.clone()],
+        vec![job("ml", "j", 1, 8, 1)],
+    );
+    let c = cycle(&w, now());
+    assert_eq!(
+        reason(&c, "ml", "j"),
+        format!(
+            "needs 1 worker x 8 GPUs of {H100}; room for 0 workers on 3 nodes of {H100}: 1 quarantined, 1 cordoned, 1 reserved"
+        )
+    );
+    // The reservation's own job may use its node.
+    let mut mine = job("ml", "mine", 1, 8, 1);
+    mine.reservation = Some("team-x".into());
+    let c = cycle(&world(vec![queue("ml", 16)], vec![r], vec![mine]), now());
+    assert_eq!(admitted(&c), ["mine"]);
+}
+
+#[test]
+fn a_higher_priority_job_preempts_the_fewest_newest_lower_priority_jobs() {
+    let mut q = queue("ml", 8);
+    q.preempt_lower_priority = true;
+    let mut w = world(
+        vec![q],
+        vec![node("n1", 8)],
+        vec![
+            job("ml", "low-old", 1, 2, 30),
+            job("ml", "low-mid", 1, 2, 20),
+            job("ml", "low-big", 1, 4, 10),
+        ],
+    );
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["low-old", "low-mid", "low-big"]);
+    apply(&mut w, &c);
+    let mut urgent = job("ml", "urgent", 1, 4, 0);
+    urgent.priority = 90;
+    w.jobs.push(urgent);
+    let c = cycle(&w, now());
+    assert!(c.admitted.is_empty());
+    let victims: Vec<_> = c.preempted.iter().map(|p| p.job.name.as_str()).collect();
+    assert_eq!(victims, ["low-big"], "one job of 4 rather than two of 2");
+    let n = &c.preempted[0].notice;
+    assert_eq!(
+        (n.by.as_str(), n.reason.as_str(), n.grace_seconds),
+        ("ml/urgent", "WithinQueue", 30)
+    );
+    assert_eq!(
+        reason(&c, "ml", "urgent"),
+        "preempting 1 job (ml/low-big); starts when their GPUs are released"
+    );
+    assert_eq!(
+        c.pending[&JobKey::new("ml", "urgent")]
+            .expected_start
+            .as_ref()
+            .map(|t| t.0),
+        Some(
+            at(0)
+                .checked_add(jiff::SignedDuration::from_secs(30))
+                .unwrap()
+        ),
+        "after the victim's grace period"
+    );
+    apply(&mut w, &c);
+    // The victim's workers are still there: nobody else is preempted, nothing double-counted.
+    let c = cycle(&w, now());
+    assert!(c.preempted.is_empty() && c.admitted.is_empty());
+    assert_eq!(
+        reason(&c, "ml", "urgent"),
+        "waiting for 1 preempted job to release their GPUs"
+    );
+    assert_eq!(c.queues["ml"].entries[H100].0, 8 * ONE_GPU);
+    workers_of_preempted_end(&mut w);
+    let c = cycle(&w, now());
+    assert_eq!(c.released, [JobKey::new("ml", "low-big")]);
+    assert_eq!(
+        admitted(&c),
+        ["urgent"],
+        "the victim queues again behind it"
+    );
+    assert!(reason(&c, "ml", "low-big").starts_with("needs 4 GPUs"));
+}
+
+#[test]
+fn a_lender_reclaims_its_quota_from_borrowers() {
+    let mut b = in_cohort(queue("b", 8), "c");
+    b.reclaim_within_cohort = true;
+    let mut w = world(
+        vec![in_cohort(queue("a", 8), "c"), b],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![
+            job("a", "a1", 1, 8, 3),
+            job("a", "a2", 1, 4, 2),
+            job("a", "a3", 1, 4, 1),
+        ],
+    );
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["a1", "a2", "a3"]);
+    apply(&mut w, &c);
+    w.jobs.push(job("b", "mine", 1, 4, 0));
+    let c = cycle(&w, now());
+    let victims: Vec<_> = c
+        .preempted
+        .iter()
+        .map(|p| (p.job.name.as_str(), p.notice.reason.as_str()))
+        .collect();
+    assert_eq!(victims, [("a3", "Reclaim")], "the newest borrower's job");
+    apply(&mut w, &c);
+    workers_of_preempted_end(&mut w);
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["mine"]);
+    assert_eq!(c.queues["a"].entries[H100], (12 * ONE_GPU, 4 * ONE_GPU, 0));
+    assert_eq!(
+        reason(&c, "a", "a3"),
+        format!("needs 4 GPUs of {H100}; queue a has 0 of 8 nominal free, cohort c lends 0")
+    );
+}
+
+#[test]
+fn without_reclaim_a_lender_waits_for_its_borrowed_quota() {
+    let mut w = world(
+        vec![in_cohort(queue("a", 8), "c"), in_cohort(queue("b", 8), "c")],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![job("a", "a1", 2, 8, 3)],
+    );
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    w.jobs.push(job("b", "mine", 1, 4, 0));
+    let c = cycle(&w, now());
+    assert!(c.preempted.is_empty() && c.admitted.is_empty());
+    assert_eq!(
+        reason(&c, "b", "mine"),
+        format!("needs 4 GPUs of {H100}; queue b has 8 of 8 nominal free, cohort c lends 0")
+    );
+}
+
+#[test]
+fn two_half_gpu_jobs_share_one_gpu_by_time_slicing_and_quota_counts_halves() {
+    let shared = NodeCapacity {
+        name: "ts".into(),
+        product: Some(H100.into()),
+        allocatable: Used(BTreeMap::from([(Slot::Shared, 2)])),
+        replicas: 2,
+        ..NodeCapacity::default()
+    };
+    let half = |n: &str, age| {
+        let mut j = job("ml", n, 1, 1, age);
+        j.share = Share::Fraction(Fraction::Half);
+        j
+    };
+    let c = cycle(
+        &world(
+            vec![queue("ml", 1)],
+            vec![shared],
+            vec![half("h1", 3), half("h2", 2), half("h3", 1)],
+        ),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["h1", "h2"]);
+    for a in &c.admitted {
+        assert_eq!(
+            (
+                a.admission.resource.as_str(),
+                a.admission.per_worker,
+                a.admission.milli_gpus
+            ),
+            ("nvidia.com/gpu.shared", 1, 500)
+        );
+        assert_eq!(a.admission.nodes, ["ts"]);
+    }
+    assert_eq!(
+        reason(&c, "ml", "h3"),
+        format!("needs 0.5 GPUs of {H100}; queue ml has 0 of 1 nominal free")
+    );
+}
+
+#[test]
+fn a_fraction_takes_the_mig_slice_of_its_size() {
+    let mig = NodeCapacity {
+        name: "mig".into(),
+        product: Some(H100.into()),
+        allocatable: Used(BTreeMap::from([
+            (Slot::Mig("1g.10gb".into()), 7),
+            (Slot::Mig("3g.40gb".into()), 2),
+        ])),
+        gpu_memory_mib: Some(81_559),
+        ..NodeCapacity::default()
+    };
+    let mut half = job("ml", "half", 1, 1, 2);
+    half.share = Share::Fraction(Fraction::Half);
+    let mut eighth = job("ml", "eighth", 1, 1, 1);
+    eighth.share = Share::Fraction(Fraction::Eighth);
+    let c = cycle(
+        &world(vec![queue("ml", 8)], vec![mig], vec![half, eighth]),
+        now(),
+    );
+    let got: Vec<_> = c
+        .admitted
+        .iter()
+        .map(|a| a.admission.resource.as_str())
+        .collect();
+    assert_eq!(got, ["nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"]);
+}
+
+#[test]
+fn backfill_starts_a_small_job_only_when_it_does_not_delay_the_blocked_head() {
+    let mut q = queue("ml", 24);
+    q.strategy = QueueingStrategy::BestEffortFIFO;
+    let mut w = world(
+        vec![q],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![job("ml", "running", 1, 8, 60)],
+    );
+    w.jobs[0].expected_seconds = Some(3600);
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    // The head needs both nodes whole: it can start when `running` ends, in an hour.
+    w.jobs.push(job("ml", "head", 2, 8, 10));
+    let mut short = job("ml", "short", 1, 4, 5);
+    short.expected_seconds = Some(1800);
+    let mut long = job("ml", "long", 1, 4, 4);
+    long.expected_seconds = Some(7200);
+    let unknown = job("ml", "unknown", 1, 4, 3);
+    w.jobs.extend([short, long, unknown]);
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["short"], "ends before the head can start");
+    assert_eq!(
+        reason(&c, "ml", "long"),
+        "fits, but would delay the expected start of ml/head"
+    );
+    assert_eq!(
+        reason(&c, "ml", "unknown"),
+        "fits, but would delay the expected start of ml/head"
+    );
+    assert_eq!(
+        c.pending[&JobKey::new("ml", "head")]
+            .expected_start
+            .as_ref()
+            .map(|t| t.0),
+        Some(at(60))
+    );
+    assert_eq!(
+        expected_start(&w, &JobKey::new("ml", "head"), now()),
+        Some(at(60))
+    );
+}
+
+#[test]
+fn a_job_without_gpus_is_admitted_without_quota() {
+    let c = cycle(
+        &world(
+            vec![queue("ml", 0)],
+            vec![],
+            vec![job("ml", "cpu", 2, 0, 1)],
+        ),
+        now(),
+    );
+    assert_eq!(admitted(&c), ["cpu"]);
+    assert_eq!(c.admitted[0].admission.milli_gpus, 0);
+}
+
+#[test]
+fn a_namespace_listed_by_two_queues_belongs_to_the_first_by_name() {
+    let mut b = queue("b", 8);
+    b.namespaces = vec!["a".into()];
+    let c = cycle(
+        &world(
+            vec![b, queue("a", 8)],
+            vec![node("n1", 8)],
+            vec![job("a", "j", 1, 8, 1)],
+        ),
+        now(),
+    );
+    assert_eq!(c.admitted[0].admission.queue, "a");
+    assert_eq!(
+        c.problems["b"],
+        ["namespace a is also listed by queue a, which holds its jobs"]
+    );
+}
+
+#[test]
+fn a_job_type_the_queue_has_no_quota_for_is_named() {
+    let mut j = job("ml", "a100", 1, 1, 1);
+    j.gpu_type = Some("NVIDIA-A100".into());
+    let c = cycle(
+        &world(vec![queue("ml", 8)], vec![node("n1", 8)], vec![j]),
+        now(),
+    );
+    assert_eq!(
+        reason(&c, "ml", "a100"),
+        "queue ml has no quota for GPU type NVIDIA-A100"
+    );
+}
+
+#[test]
+fn a_second_cycle_over_what_the_first_wrote_changes_nothing() {
+    let mut q = queue("ml", 16);
+    q.preempt_lower_priority = true;
+    let mut w = world(
+        vec![q],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![
+            job("ml", "a", 1, 8, 3),
+            job("ml", "b", 2, 4, 2),
+            job("ml", "c", 1, 8, 1),
+        ],
+    );
+    let c1 = cycle(&w, now());
+    apply(&mut w, &c1);
+    let c2 = cycle(&w, now());
+    assert!(c2.admitted.is_empty() && c2.preempted.is_empty() && c2.released.is_empty());
+    assert_eq!(c1.pending, c2.pending);
+}
+
+#[test]
+fn a_cycle_reads_and_writes_json_with_resource_names_and_job_keys_as_text() {
+    let w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![job("ml", "a", 1, 4, 1), job("ml", "b", 1, 8, 0)],
+    );
+    let json = serde_json::to_value(&w).unwrap();
+    assert_eq!(
+        json["nodes"][0]["allocatable"],
+        serde_json::json!({"nvidia.com/gpu": 8})
+    );
+    assert_eq!(json["jobs"][0]["key"], "ml/a");
+    let back: QueueWorld = serde_json::from_value(json).unwrap();
+    assert_eq!(back, w);
+    let c = serde_json::to_value(cycle(&w, now())).unwrap();
+    assert_eq!(c["admitted"][0]["job"], "ml/a");
+    assert!(
+        c["pending"]["ml/b"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("needs 8 GPUs")
+    );
+    let bad: Result<QueueWorld, _> = serde_json::from_value(serde_json::json!({
+        "queues": [], "jobs": [], "nodes": [{"name": "n", "allocatable": {"cpu": 8}}]
+    }));
+    assert!(
+        bad.unwrap_err()
+            .to_string()
+            .contains("\"cpu\" is not a GPU resource")
+    );
+}
