@@ -67,7 +67,7 @@ fn job(i: usize, queues: usize, offset: usize) -> JobInfo {
                 i64::try_from(k).unwrap_or(0),
             ))
             .unwrap_or(now()),
-        class_value: if k % 17 == 0 { 1000 } else { 0 },
+        class_value: if k.is_multiple_of(17) { 1000 } else { 0 },
         priority: i32::try_from(k % 101).unwrap_or(50),
         gpu_type: Some(PRODUCTS[k % 2].to_owned()),
         workers: [1, 1, 2, 4][k % 4],

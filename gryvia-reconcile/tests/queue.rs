@@ -1,6 +1,8 @@
 //! The native queue scheduler's admission cycle: quota, cohorts, gangs, order, preemption,
 //! fractions, backfill and why-pending, on plain inputs.
 
+#![expect(clippy::unwrap_used, reason = "test helpers panic on broken fixtures")]
+
 use std::collections::BTreeMap;
 
 use gryvia_reconcile::queue::{

@@ -4,6 +4,8 @@
 //! pass its head, backfill never delays the head's computed start, and a second cycle over
 //! what the first wrote preempts none of it.
 
+#![expect(clippy::unwrap_used, reason = "test helpers panic on broken fixtures")]
+
 use std::collections::BTreeMap;
 
 use gryvia_reconcile::queue::{

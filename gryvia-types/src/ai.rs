@@ -129,7 +129,10 @@ pub struct GryviaAIJobSpec {
     /// Seconds a preempted job's workers get between the preemption notice (the
     /// `Preempted` condition, the `gryvia.io/preemption-notice` pod annotation and SIGTERM)
     /// and their end, to write a checkpoint.
-    #[serde(default = "default_preemption_grace")]
+    #[serde(
+        default = "default_preemption_grace",
+        skip_serializing_if = "is_default_preemption_grace"
+    )]
     #[schemars(range(min = 0, max = 3600))]
     pub preemption_grace_period_seconds: i64,
     /// Seconds the job may run before it is stopped.
@@ -159,6 +162,10 @@ fn default_retry_limit() -> i32 {
 }
 fn default_preemption_grace() -> i64 {
     30
+}
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if signature")]
+fn is_default_preemption_grace(v: &i64) -> bool {
+    *v == default_preemption_grace()
 }
 
 /// Training framework.

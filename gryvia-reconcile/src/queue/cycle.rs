@@ -493,6 +493,41 @@ pub(super) struct HeadReservation {
     pub then: State,
 }
 
+/// Holds what every admitted job holds; releases preempted jobs whose workers are gone (they
+/// queue again). Returns the pending jobs of covered namespaces in order, and every job that
+/// still holds an admission.
+fn take_stock(
+    world: &QueueWorld,
+    ns_queue: &BTreeMap<&str, usize>,
+    state: &mut State,
+    out: &mut Cycle,
+) -> (Vec<usize>, Vec<(usize, JobAdmission)>) {
+    let jobs = &world.jobs;
+    let mut pending: Vec<usize> = Vec::new();
+    let mut running: Vec<(usize, JobAdmission)> = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        match &j.state {
+            JobState::Preempting(_, _) if j.live.values().all(|&n| n == 0) => {
+                out.released.push(j.key.clone());
+                if ns_queue.contains_key(j.key.namespace.as_str()) {
+                    pending.push(i);
+                }
+            }
+            JobState::Preempting(a, _) | JobState::Admitted(a) => {
+                state.hold(j, a);
+                running.push((i, a.clone()));
+            }
+            JobState::Pending => {
+                if ns_queue.contains_key(j.key.namespace.as_str()) {
+                    pending.push(i);
+                }
+            }
+        }
+    }
+    pending.sort_by(|&a, &b| jobs[a].order_key().cmp(&jobs[b].order_key()));
+    (pending, running)
+}
+
 /// Runs one admission cycle at `now`.
 pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
     let queues = &world.queues;
@@ -503,35 +538,7 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
         ..Cycle::default()
     };
     let mut state = State::new(queues, &world.nodes);
-    // Preempted jobs whose workers are gone queue again; every other admission is held.
-    let mut pending: Vec<usize> = Vec::new();
-    for (i, j) in jobs.iter().enumerate() {
-        match &j.state {
-            JobState::Preempting(_, _) if j.live.values().all(|&n| n == 0) => {
-                out.released.push(j.key.clone());
-                if ns_queue.contains_key(j.key.namespace.as_str()) {
-                    pending.push(i);
-                }
-            }
-            JobState::Preempting(a, _) => state.hold(j, a),
-            JobState::Admitted(a) => state.hold(j, a),
-            JobState::Pending => {
-                if ns_queue.contains_key(j.key.namespace.as_str()) {
-                    pending.push(i);
-                }
-            }
-        }
-    }
-    pending.sort_by(|&a, &b| jobs[a].order_key().cmp(&jobs[b].order_key()));
-    let running: Vec<(usize, JobAdmission)> = jobs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, j)| match &j.state {
-            JobState::Admitted(a) => Some((i, a.clone())),
-            JobState::Preempting(a, _) if !out.released.contains(&j.key) => Some((i, a.clone())),
-            _ => None,
-        })
-        .collect();
+    let (pending, running) = take_stock(world, &ns_queue, &mut state, &mut out);
     let mut cycle = Pass {
         jobs,
         queues,
@@ -973,31 +980,16 @@ fn victims_allowed(
     true
 }
 
-/// Tries to make room for `jobs[ji]` of `queues[qi]` by preemption; the shortfall to report
-/// when it does (or when jobs preempted earlier will make room), `None` when preemption
-/// cannot help.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the cycle's working state, passed apart"
-)]
-fn preempt_for(
+/// Jobs preempted earlier (in an earlier cycle or for a job ahead) release what they hold
+/// soon: when that is enough for `job`, it waits for them rather than preempt more.
+fn waiting_for_preempted(
     state: &mut State,
-    out: &mut Cycle,
-    victims_now: &mut BTreeSet<usize>,
+    victims_now: &BTreeSet<usize>,
     running: &[(usize, JobAdmission)],
-    heads: &mut [HeadReservation],
-    (pending, admitted): (&BTreeMap<usize, Vec<usize>>, &BTreeSet<usize>),
-    no_room: &mut HashMap<(usize, Option<String>, bool), Milli>,
     jobs: &[JobInfo],
-    queues: &[QueueInfo],
-    qi: usize,
-    ji: usize,
-    now: Timestamp,
+    queue: &QueueInfo,
+    job: &JobInfo,
 ) -> Option<Shortfall> {
-    let queue = &queues[qi];
-    let job = &jobs[ji];
-    // Jobs preempted earlier (in an earlier cycle or for a job ahead) release what they hold
-    // soon: when that is enough, wait for it rather than preempt more.
     let going: Vec<&(usize, JobAdmission)> = running
         .iter()
         .filter(|(i, _)| {
@@ -1017,17 +1009,21 @@ fn preempt_for(
             return Some(Shortfall::WaitingForPreempted { jobs: going.len() });
         }
     }
-    if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
-        return None;
-    }
-    let memo = (
-        qi,
-        job.gpu_type.clone(),
-        matches!(job.share, Share::Fraction(_)),
-    );
-    if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
-        return None;
-    }
+    None
+}
+
+/// Who `job` of `queue` may preempt: lower-priority jobs of its queue (with
+/// `withinQueue: LowerPriority`), and jobs of cohort queues that borrow an entry the job could
+/// have within its own nominal (with `reclaimWithinCohort`). Lowest priority first, then
+/// newest. Jobs admitted in this cycle are not preempted in it.
+fn victim_candidates<'a>(
+    state: &State,
+    victims_now: &BTreeSet<usize>,
+    running: &'a [(usize, JobAdmission)],
+    jobs: &[JobInfo],
+    queue: &QueueInfo,
+    job: &JobInfo,
+) -> Vec<(usize, &'a JobAdmission, bool)> {
     let cohort = state.ledger.cohort(&queue.name).map(str::to_owned);
     let reclaim_entries: BTreeSet<String> = if queue.reclaim_within_cohort && cohort.is_some() {
         state
@@ -1038,8 +1034,6 @@ fn preempt_for(
     } else {
         BTreeSet::new()
     };
-    // Candidates: lower-priority jobs of the queue, and jobs of cohort queues that borrow an
-    // entry the job could have within its own nominal. Lowest priority first, then newest.
     let mut candidates: Vec<(usize, &JobAdmission, bool)> = running
         .iter()
         // Jobs admitted in this cycle are not preempted in it.
@@ -1065,6 +1059,47 @@ fn preempt_for(
             .then_with(|| vb.created.cmp(&va.created))
             .then_with(|| va.key.cmp(&vb.key))
     });
+    candidates
+}
+
+/// Tries to make room for `jobs[ji]` of `queues[qi]` by preemption; the shortfall to report
+/// when it does (or when jobs preempted earlier will make room), `None` when preemption
+/// cannot help.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the cycle's working state, passed apart"
+)]
+fn preempt_for(
+    state: &mut State,
+    out: &mut Cycle,
+    victims_now: &mut BTreeSet<usize>,
+    running: &[(usize, JobAdmission)],
+    heads: &mut [HeadReservation],
+    (pending, admitted): (&BTreeMap<usize, Vec<usize>>, &BTreeSet<usize>),
+    no_room: &mut HashMap<(usize, Option<String>, bool), Milli>,
+    jobs: &[JobInfo],
+    queues: &[QueueInfo],
+    qi: usize,
+    ji: usize,
+    now: Timestamp,
+) -> Option<Shortfall> {
+    let queue = &queues[qi];
+    let job = &jobs[ji];
+    if let Some(wait) = waiting_for_preempted(state, victims_now, running, jobs, queue, job) {
+        return Some(wait);
+    }
+    if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
+        return None;
+    }
+    let memo = (
+        qi,
+        job.gpu_type.clone(),
+        matches!(job.share, Share::Fraction(_)),
+    );
+    if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
+        return None;
+    }
+    let candidates = victim_candidates(state, victims_now, running, jobs, queue, job);
     if candidates.is_empty() {
         return None;
     }
