@@ -55,6 +55,7 @@ fn bench(c: &mut Criterion) {
         pods,
         nodes,
         priority_class_exists: false,
+        queued: false,
     };
     c.bench_function("reconcile_aijob/64_workers", |b| {
         b.iter(|| AIJobReconciler.reconcile(black_box(&j), black_box(&world), now))

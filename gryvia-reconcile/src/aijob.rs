@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use gryvia_types::conditions::{self, Status};
 use gryvia_types::{
-    AccessMode, FailureClass, GryviaAIJob, GryviaAIJobSpec, GryviaAIJobStatus, JobPhase,
-    PodFailure, labels,
+    AccessMode, FailureClass, GryviaAIJob, GryviaAIJobSpec, GryviaAIJobStatus, JobAdmission,
+    JobPhase, PodFailure, labels,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -39,10 +39,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::facts::{self, PodPhase};
-use crate::{Child, EventType, Plan, Timestamp};
+use crate::{Child, EventType, ObjectRef, Plan, Timestamp};
 
 /// Condition type: every worker has a node.
 pub const SCHEDULED: &str = "Scheduled";
+/// Condition type of a job the native queue preempts.
+pub const PREEMPTED: &str = "Preempted";
 /// Condition type: workers are running.
 pub const RUNNING: &str = "Running";
 /// Condition type: the job succeeded.
@@ -224,6 +226,10 @@ impl ObservedNode {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AIJobWorld {
+    /// A GryviaQueue of the native queue scheduler covers the job's namespace: its batch Job
+    /// exists only while the queue admits it (`status.admission`).
+    #[serde(default)]
+    pub queued: bool,
     /// The batch Job of the same name, when it exists.
     pub job: Option<ObservedJob>,
     /// Pods of the job (label `gryvia.io/job-name`), sorted by name.
@@ -554,12 +560,18 @@ fn child_meta(job: &GryviaAIJob, name: &str) -> ObjectMeta {
 
 /// The container's `resources`: the GPUs as limits and requests, the CPU as a request, the
 /// memory as both.
-fn resources(spec: &GryviaAIJobSpec) -> Value {
+fn resources(spec: &GryviaAIJobSpec, admission: Option<&JobAdmission>) -> Value {
     let mut limits = serde_json::Map::new();
     let mut requests = serde_json::Map::new();
-    if spec.gpus > 0 {
-        limits.insert(labels::NVIDIA_GPU_RESOURCE.into(), spec.gpus.into());
-        requests.insert(labels::NVIDIA_GPU_RESOURCE.into(), spec.gpus.into());
+    // An admitted job asks for what the queue placed it on (whole GPUs, a MIG slice or
+    // time-slicing replicas).
+    let gpu = match admission.filter(|a| !a.resource.is_empty()) {
+        Some(a) => Some((a.resource.clone(), a.per_worker)),
+        None => (spec.gpus > 0).then(|| (labels::NVIDIA_GPU_RESOURCE.to_owned(), spec.gpus)),
+    };
+    if let Some((resource, n)) = gpu {
+        limits.insert(resource.clone(), n.into());
+        requests.insert(resource, n.into());
     }
     if let Some(cpu) = &spec.cpu {
         requests.insert("cpu".into(), cpu.0.clone().into());
@@ -636,7 +648,7 @@ fn worker_container(job: &GryviaAIJob) -> Value {
         "name": WORKER,
         "image": spec.image,
         "env": envs,
-        "resources": resources(spec),
+        "resources": resources(spec, job.status.as_ref().and_then(|s| s.admission.as_ref())),
     });
     if !spec.command.is_empty() {
         container["command"] = json!(spec.command);
@@ -685,8 +697,21 @@ fn tolerations(spec: &GryviaAIJobSpec) -> Vec<Value> {
 }
 
 /// The pod template's spec.
+/// The nodes an admitted job's workers may run on: those the queue placed them on.
+fn admitted_affinity(admission: &JobAdmission) -> Option<Value> {
+    let mut nodes: Vec<&str> = admission.nodes.iter().map(String::as_str).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    (!nodes.is_empty()).then(|| {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
+        ]}}})
+    })
+}
+
 fn pod_spec(job: &GryviaAIJob, priority_class: Option<&str>) -> Value {
     let spec = &job.spec;
+    let admission = job.status.as_ref().and_then(|s| s.admission.as_ref());
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "enableServiceLinks": false,
@@ -709,6 +734,16 @@ fn pod_spec(job: &GryviaAIJob, priority_class: Option<&str>) -> Value {
     }
     if let Some(pc) = priority_class {
         pod_spec["priorityClassName"] = pc.into();
+    }
+    if let Some(a) = admission {
+        if let Some(affinity) = admitted_affinity(a) {
+            pod_spec["affinity"] = affinity;
+        }
+        if let (Some(product), None) = (&a.product, &spec.gpu_type) {
+            pod_spec["nodeSelector"][labels::NVIDIA_GPU_PRODUCT] = product.clone().into();
+        }
+        // SIGTERM to SIGKILL when a preemption stops the workers: their time to checkpoint.
+        pod_spec["terminationGracePeriodSeconds"] = spec.preemption_grace_period_seconds.into();
     }
     pod_spec
 }
@@ -750,6 +785,15 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     }
     if let Some(t) = spec.ttl_seconds_after_finished {
         job_spec["ttlSecondsAfterFinished"] = t.into();
+    }
+    // A preempted job is suspended: the Job controller stops its pods (SIGTERM, then the
+    // grace period) without counting them as failures.
+    if job
+        .status
+        .as_ref()
+        .is_some_and(|s| s.admission.is_some() && s.preemption.is_some())
+    {
+        job_spec["suspend"] = true.into();
     }
     json!({
         "apiVersion": "batch/v1",
@@ -815,6 +859,52 @@ pub fn render_claim(job: &GryviaAIJob) -> Option<PersistentVolumeClaim> {
 /// The GryviaAIJob controller's policy.
 #[derive(Clone, Debug, Default)]
 pub struct AIJobReconciler;
+
+/// The status fields only the queue scheduler writes (`admission`, `queue`, `preemption`):
+/// the AI job controller neither writes them (its server-side apply would take them over)
+/// nor compares them.
+pub fn without_queue_fields(mut status: GryviaAIJobStatus) -> GryviaAIJobStatus {
+    status.admission = None;
+    status.queue = None;
+    status.preemption = None;
+    status
+}
+
+/// A job of a queue's namespace that the queue has not admitted (or has released after a
+/// preemption): no batch Job (a suspended one left by a preemption is deleted), `Pending`,
+/// and `Scheduled=False/Queued` saying where it stands.
+fn wait_for_queue(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    current: &GryviaAIJobStatus,
+    now: Timestamp,
+) {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    if world.job.as_ref().is_some_and(|j| j.owned) {
+        plan.delete
+            .push(ObjectRef::namespaced("batch/v1", "Job", &namespace, &name));
+    }
+    let message = current.queue.as_ref().map_or_else(
+        || "waiting for the native queue to admit it".to_owned(),
+        |q| format!("queue {}, position {}: {}", q.queue, q.position, q.reason),
+    );
+    set(
+        status,
+        SCHEDULED,
+        Status::False,
+        "Queued",
+        message.clone(),
+        job.metadata.generation,
+        now,
+    );
+    status.conditions.retain(|c| c.type_ != PREEMPTED);
+    status.phase = Some(JobPhase::Pending);
+    status.active = 0;
+    status.message = Some(message);
+}
 
 fn set(
     status: &mut GryviaAIJobStatus,
@@ -1272,17 +1362,24 @@ impl crate::Reconcile for AIJobReconciler {
         let generation = job.metadata.generation;
         let name = job.metadata.name.clone().unwrap_or_default();
         let current = job.status.clone().unwrap_or_default();
-        let mut status = current.clone();
+        let owned = job.status.clone().map(without_queue_fields);
+        let mut status = without_queue_fields(current.clone());
         status.observed_generation = generation;
         if current.phase.is_some_and(JobPhase::is_finished) {
             // Finished: nothing is re-created (the Job may be gone after its TTL); the record
             // stays as it is.
-            plan.set_status_if_changed(job.status.as_ref(), status);
+            plan.set_status_if_changed(owned.as_ref(), status);
             return plan;
         }
         if let Some(msg) = invalid_spec(job) {
             reject_invalid_spec(&mut plan, &mut status, msg, generation, now);
-            plan.set_status_if_changed(job.status.as_ref(), status);
+            plan.set_status_if_changed(owned.as_ref(), status);
+            return plan;
+        }
+        if world.queued && current.admission.is_none() {
+            wait_for_queue(&mut plan, &mut status, job, world, &current, now);
+            emit_transitions(&mut plan, &current, &status);
+            plan.set_status_if_changed(owned.as_ref(), status);
             return plan;
         }
         let priority_class = priority_class_of(job);
@@ -1292,7 +1389,7 @@ impl crate::Reconcile for AIJobReconciler {
             }
             record_hold(&mut plan, &mut status, hold, generation, now);
             emit_transitions(&mut plan, &current, &status);
-            plan.set_status_if_changed(job.status.as_ref(), status);
+            plan.set_status_if_changed(owned.as_ref(), status);
             return plan;
         }
         status.priority_class_name = priority_class.clone();
@@ -1316,9 +1413,23 @@ impl crate::Reconcile for AIJobReconciler {
             }
             Some(observed) => track(&mut plan, &mut status, job, world, observed, app, now),
         }
+        if let Some(p) = &current.preemption {
+            set(
+                &mut status,
+                PREEMPTED,
+                Status::True,
+                p.reason.as_str(),
+                format!(
+                    "preempted for {}; its workers stop {} s after {}",
+                    p.by, p.grace_seconds, p.notice_at.0
+                ),
+                generation,
+                now,
+            );
+        }
         set_ready(&mut status, &name, generation, now);
         emit_transitions(&mut plan, &current, &status);
-        plan.set_status_if_changed(job.status.as_ref(), status);
+        plan.set_status_if_changed(owned.as_ref(), status);
         plan
     }
 }
@@ -1599,14 +1710,17 @@ mod tests {
 
     #[test]
     fn gpus_are_limits_and_requests_and_memory_is_both() {
-        let r = resources(&job(json!({"gpus": 2, "cpu": "4", "memory": "8Gi"})).spec);
+        let r = resources(
+            &job(json!({"gpus": 2, "cpu": "4", "memory": "8Gi"})).spec,
+            None,
+        );
         assert_eq!(
             r,
             json!({"limits": {"nvidia.com/gpu": 2, "memory": "8Gi"},
                    "requests": {"nvidia.com/gpu": 2, "cpu": "4", "memory": "8Gi"}})
         );
         assert_eq!(
-            resources(&job(json!({"gpus": 0})).spec),
+            resources(&job(json!({"gpus": 0})).spec, None),
             json!({"limits": {}, "requests": {}})
         );
     }

@@ -772,3 +772,131 @@ fn logs_show_the_newest_bound_attempt_of_each_worker() {
     );
     assert_eq!(names(newest_attempts(pods, Some(1))), vec!["w1-new"]);
 }
+
+fn admission(resource: &str, per_worker: i32, nodes: &[&str]) -> gryvia_types::JobAdmission {
+    serde_json::from_value(json!({
+        "queue": "ml", "gpuType": "*", "product": "NVIDIA-H100-80GB-HBM3", "resource": resource,
+        "perWorker": per_worker, "milliGpus": 1000, "nodes": nodes,
+        "admittedAt": "2026-12-03T12:00:00Z"
+    }))
+    .unwrap()
+}
+
+fn queued() -> AIJobWorld {
+    AIJobWorld {
+        queued: true,
+        ..AIJobWorld::default()
+    }
+}
+
+#[test]
+fn a_queued_job_gets_no_batch_job_until_its_queue_admits_it() {
+    let mut j = job_with(json!({"gpus": 8, "replicas": 2}));
+    j.status = Some(
+        serde_json::from_value(json!({"queue": {"queue": "ml", "position": 3,
+            "reason": "needs 16 GPUs of H100; queue ml has 8 of 16 nominal free"}}))
+        .unwrap(),
+    );
+    let plan = run(&j, &queued());
+    assert!(
+        plan.apply.is_empty(),
+        "nothing runs before admission: {:?}",
+        plan.apply
+    );
+    let st = plan.status.unwrap();
+    assert_eq!(st.phase, Some(JobPhase::Pending));
+    let c = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Scheduled")
+        .unwrap();
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Queued"));
+    assert_eq!(
+        c.message,
+        "queue ml, position 3: needs 16 GPUs of H100; queue ml has 8 of 16 nominal free"
+    );
+    assert!(
+        st.queue.is_none() && st.admission.is_none(),
+        "the queue's fields are the queue's to write"
+    );
+    // A released job's suspended batch Job goes.
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        ..queued()
+    };
+    let plan = run(&j, &w);
+    let deleted: Vec<String> = plan
+        .delete
+        .iter()
+        .map(|d| format!("{}/{}", d.kind, d.name))
+        .collect();
+    assert_eq!(deleted, ["Job/train"]);
+}
+
+#[test]
+fn an_admitted_job_runs_where_the_queue_placed_it_with_what_it_placed() {
+    let mut j = job_with(json!({"gpus": 1, "gpuFraction": 0.5, "replicas": 2}));
+    j.status = Some(GryviaAIJobStatus {
+        admission: Some(admission("nvidia.com/mig-3g.40gb", 1, &["n2", "n1", "n2"])),
+        ..Default::default()
+    });
+    let plan = run(&j, &queued());
+    let batch = child(&plan, "Job").unwrap();
+    let pod = &batch["spec"]["template"]["spec"];
+    let limits = &pod["containers"][0]["resources"]["limits"];
+    assert_eq!(limits, &json!({"nvidia.com/mig-3g.40gb": 1}));
+    assert_eq!(
+        pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["values"],
+        json!(["n1", "n2"])
+    );
+    assert_eq!(
+        pod["nodeSelector"]["nvidia.com/gpu.product"],
+        "NVIDIA-H100-80GB-HBM3"
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+    assert!(batch["spec"].get("suspend").is_none());
+    let st = plan.status.unwrap();
+    assert!(
+        st.admission.is_none(),
+        "not written back by the AI job controller"
+    );
+}
+
+#[test]
+fn a_preempted_job_is_suspended_and_says_why() {
+    let mut j = job_with(json!({"gpus": 8, "preemptionGracePeriodSeconds": 120}));
+    j.status = Some(GryviaAIJobStatus {
+        admission: Some(admission("nvidia.com/gpu", 8, &["n1"])),
+        preemption: Some(
+            serde_json::from_value(json!({"by": "ml/urgent", "reason": "WithinQueue",
+                "noticeAt": "2026-12-03T12:05:00Z", "graceSeconds": 120}))
+            .unwrap(),
+        ),
+        ..Default::default()
+    });
+    let plan = run(
+        &j,
+        &AIJobWorld {
+            job: Some(owned_job()),
+            ..queued()
+        },
+    );
+    let batch = child(&plan, "Job").unwrap();
+    assert_eq!(batch["spec"]["suspend"], true);
+    assert_eq!(
+        batch["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        120
+    );
+    let st = plan.status.unwrap();
+    let c = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Preempted")
+        .unwrap();
+    assert_eq!(c.reason, "WithinQueue");
+    assert_eq!(
+        c.message,
+        "preempted for ml/urgent; its workers stop 120 s after 2026-12-03T12:05:00Z"
+    );
+}

@@ -628,3 +628,91 @@ fn a_cycle_reads_and_writes_json_with_resource_names_and_job_keys_as_text() {
             .contains("\"cpu\" is not a GPU resource")
     );
 }
+
+fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn the_world_is_read_from_queues_jobs_priorities_nodes_and_pods() {
+    use gryvia_reconcile::queue::world_of;
+    let queue: gryvia_types::scheduling::GryviaQueue = from_json(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQueue", "metadata": {"name": "ml"},
+        "spec": {"namespaces": ["ml"], "resources": [{"gpuType": H100, "nominal": 16}],
+                 "preemption": {"withinQueue": "LowerPriority"}}
+    }));
+    let priority: gryvia_types::scheduling::GryviaPriority = from_json(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority", "metadata": {"name": "urgent"},
+        "spec": {"value": 1000}
+    }));
+    let job = |name: &str, ns: &str, status: serde_json::Value| -> gryvia_types::GryviaAIJob {
+        from_json(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-12-03T11:00:00Z",
+                         "annotations": {"gryvia.io/priority-class": "urgent"}},
+            "spec": {"image": "i", "gpus": 4, "replicas": 2, "gpuType": H100},
+            "status": status
+        }))
+    };
+    let admission = serde_json::json!({"queue": "ml", "gpuType": H100, "product": H100,
+        "resource": "nvidia.com/gpu", "perWorker": 4, "milliGpus": 8000, "nodes": ["n1", "n1"],
+        "admittedAt": "2026-12-03T11:30:00Z"});
+    let jobs = vec![
+        job("running", "ml", serde_json::json!({"admission": admission})),
+        job("waiting", "ml", serde_json::json!({})),
+        job("done", "ml", serde_json::json!({"phase": "Succeeded"})),
+        job("elsewhere", "other", serde_json::json!({})),
+    ];
+    let node: k8s_openapi::api::core::v1::Node = from_json(serde_json::json!({
+        "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": H100}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64"}}
+    }));
+    let cpu_only: k8s_openapi::api::core::v1::Node = from_json(serde_json::json!({
+        "metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "64"}}
+    }));
+    let pod = |name: &str,
+               ns: &str,
+               job: Option<&str>,
+               gpus: &str,
+               phase: &str|
+     -> k8s_openapi::api::core::v1::Pod {
+        let labels = job.map_or(
+            serde_json::json!({}),
+            |j| serde_json::json!({"gryvia.io/job-name": j}),
+        );
+        from_json(serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                     "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+            "status": {"phase": phase}
+        }))
+    };
+    let pods = vec![
+        pod("running-0", "ml", Some("running"), "4", "Running"),
+        pod("running-1", "ml", Some("running"), "4", "Running"),
+        pod("someone-else", "other", None, "2", "Running"),
+        pod("finished", "other", None, "2", "Succeeded"),
+    ];
+    let w = world_of(&[queue], &jobs, &[priority], &[node, cpu_only], &pods);
+    let names: Vec<&str> = w.jobs.iter().map(|j| j.key.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["running", "waiting"],
+        "finished jobs and uncovered namespaces are left out"
+    );
+    assert_eq!(w.jobs[0].class_value, 1000);
+    assert_eq!(w.jobs[0].live, BTreeMap::from([("n1".to_owned(), 2)]));
+    assert!(matches!(w.jobs[0].state, JobState::Admitted(_)));
+    assert_eq!(w.nodes.len(), 1, "nodes without GPUs are left out");
+    assert_eq!(
+        w.nodes[0].used.of(&Slot::Gpu),
+        2,
+        "only pods that are not admitted workers"
+    );
+    assert!(w.queues[0].preempt_lower_priority);
+    let c = cycle(&w, now());
+    assert_eq!(
+        reason(&c, "ml", "waiting"),
+        format!("needs 2 workers x 4 GPUs of {H100}; room for 0 workers on 1 node of {H100}")
+    );
+}

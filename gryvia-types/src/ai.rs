@@ -163,7 +163,10 @@ fn default_retry_limit() -> i32 {
 fn default_preemption_grace() -> i64 {
     30
 }
-#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if signature")]
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if signature"
+)]
 fn is_default_preemption_grace(v: &i64) -> bool {
     *v == default_preemption_grace()
 }

@@ -86,6 +86,9 @@ impl Observe for AIJobObserver {
             .get(labels::PRIORITY_CLASS)
             .is_some_and(|pc| cached(&self.classes, None, pc).is_some());
         Ok(AIJobWorld {
+            // The native queue scheduler (#16) is not wired into the ai-operator yet: no job
+            // waits for a queue.
+            queued: false,
             job: batch,
             pods,
             nodes,

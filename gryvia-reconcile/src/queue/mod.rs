@@ -30,6 +30,7 @@ mod cycle;
 mod explain;
 mod ledger;
 mod nodes;
+mod observe;
 mod simulate;
 
 use std::collections::BTreeMap;
@@ -41,7 +42,8 @@ use serde::{Deserialize, Serialize};
 
 pub use cycle::{Admit, Cycle, Preempt, QueueSummary, cycle, expected_start};
 pub use explain::Shortfall;
-pub use nodes::{NodeCapacity, Slot, Unavailable, Used};
+pub use nodes::{NodeCapacity, Slot, Unavailable, Used, pod_gpu_resources};
+pub use observe::{class_value, world_of};
 
 use crate::Timestamp;
 

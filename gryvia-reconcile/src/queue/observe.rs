@@ -1,0 +1,107 @@
+//! The cycle's world, read from the objects the controller watches: queues, jobs, priority
+//! classes, nodes and pods. Pure, so what-if tools and tests build it the same way.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
+use gryvia_types::{GryviaAIJob, labels};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::{JobInfo, NodeCapacity, QueueInfo, QueueWorld};
+use crate::facts;
+
+/// The value of the GryviaPriority class a job names (`gryvia.io/priority-class`), 0 without
+/// one or for a class that does not exist.
+pub fn class_value(job: &GryviaAIJob, priorities: &[GryviaPriority]) -> i32 {
+    job.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::PRIORITY_CLASS))
+        .and_then(|name| {
+            priorities
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+        })
+        .map_or(0, |p| p.spec.value)
+}
+
+fn live_on_node(pod: &Pod) -> Option<&str> {
+    facts::pod_phase(pod)
+        .is_live()
+        .then(|| facts::node_of(pod))
+        .flatten()
+}
+
+/// The (namespace, job name) a pod is a worker of.
+fn worker_of(pod: &Pod) -> Option<(&str, &str)> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let job = pod.metadata.labels.as_ref()?.get(labels::JOB_NAME)?;
+    Some((ns, job.as_str()))
+}
+
+/// Builds the world of one cycle: every queue; every unfinished job of a namespace a queue
+/// covers, and every job that still holds an admission (its queue may be gone); every node
+/// that advertises GPUs, with what pods other than admitted jobs' workers use there.
+pub fn world_of(
+    queues: &[GryviaQueue],
+    jobs: &[GryviaAIJob],
+    priorities: &[GryviaPriority],
+    nodes: &[Node],
+    pods: &[Pod],
+) -> QueueWorld {
+    let queues: Vec<QueueInfo> = queues.iter().map(QueueInfo::of).collect();
+    let covered: BTreeSet<&str> = queues
+        .iter()
+        .flat_map(|q| q.namespaces.iter().map(String::as_str))
+        .collect();
+    let mut live: BTreeMap<(&str, &str), BTreeMap<String, u32>> = BTreeMap::new();
+    for pod in pods {
+        if let (Some(w), Some(node)) = (worker_of(pod), live_on_node(pod)) {
+            *live
+                .entry(w)
+                .or_default()
+                .entry(node.to_owned())
+                .or_insert(0) += 1;
+        }
+    }
+    let mut infos = Vec::new();
+    let mut admitted: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for job in jobs {
+        let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+        let name = job.metadata.name.as_deref().unwrap_or_default();
+        let holds = job.status.as_ref().is_some_and(|s| s.admission.is_some());
+        if !holds && !covered.contains(ns) {
+            continue;
+        }
+        let workers = live.get(&(ns, name)).cloned().unwrap_or_default();
+        if let Some(info) = JobInfo::of(job, class_value(job, priorities), workers) {
+            if info.admission().is_some() {
+                admitted.insert((ns, name));
+            }
+            infos.push(info);
+        }
+    }
+    let mut others: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = live_on_node(pod) else {
+            continue;
+        };
+        if worker_of(pod).is_some_and(|w| admitted.contains(&w)) {
+            continue;
+        }
+        others.entry(node).or_default().push(pod);
+    }
+    let nodes = nodes
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.as_deref().unwrap_or_default();
+            NodeCapacity::of(n, others.get(name).into_iter().flatten().copied())
+        })
+        .filter(|n| !n.allocatable.0.is_empty())
+        .collect();
+    QueueWorld {
+        queues,
+        jobs: infos,
+        nodes,
+    }
+}
