@@ -590,6 +590,13 @@ pub struct TemplateDefaults {
     /// See GryviaAIJob `spec.gpuType`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// See GryviaAIJob `spec.gpuFraction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_fraction: Option<f64>,
+    /// See GryviaAIJob `spec.preemptionGracePeriodSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub preemption_grace_period_seconds: Option<i64>,
     /// See GryviaAIJob `spec.replicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
