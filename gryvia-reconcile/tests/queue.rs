@@ -716,3 +716,56 @@ fn the_world_is_read_from_queues_jobs_priorities_nodes_and_pods() {
         format!("needs 2 workers x 4 GPUs of {H100}; room for 0 workers on 1 node of {H100}")
     );
 }
+
+#[test]
+fn every_pending_job_gets_an_expected_start_from_the_look_ahead() {
+    let mut w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![job("ml", "running", 1, 8, 30)],
+    );
+    w.jobs[0].expected_seconds = Some(3600);
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    let mut b = job("ml", "b", 1, 8, 20);
+    b.expected_seconds = Some(1800);
+    let mut c2 = job("ml", "c", 1, 8, 10);
+    c2.expected_seconds = Some(3600);
+    let unknown_then = job("ml", "d", 1, 8, 5);
+    let after_unknown = job("ml", "e", 1, 8, 1);
+    w.jobs.extend([b, c2, unknown_then, after_unknown]);
+    let c = cycle(&w, now());
+    let eta = |n: &str| {
+        c.pending[&JobKey::new("ml", n)]
+            .expected_start
+            .as_ref()
+            .map(|t| t.0)
+    };
+    assert_eq!(eta("b"), Some(at(60)), "when the running job ends");
+    assert_eq!(eta("c"), Some(at(90)), "after b's 30 minutes");
+    assert_eq!(eta("d"), Some(at(150)), "after c's hour");
+    assert_eq!(eta("e"), None, "d's end is not known");
+    let pos: Vec<i32> = ["b", "c", "d", "e"]
+        .iter()
+        .map(|n| c.pending[&JobKey::new("ml", *n)].position)
+        .collect();
+    assert_eq!(pos, [1, 2, 3, 4]);
+}
+
+#[test]
+fn fractions_and_gpu_counts_read_and_print_exactly() {
+    use gryvia_reconcile::queue::gpus_text;
+    assert_eq!(Fraction::of(0.5), Some(Fraction::Half));
+    assert_eq!(Fraction::of(0.125), Some(Fraction::Eighth));
+    assert_eq!(Fraction::of(0.3), None);
+    assert_eq!(Share::Fraction(Fraction::Quarter).milli(), 250);
+    assert_eq!(
+        (
+            gpus_text(8000),
+            gpus_text(500),
+            gpus_text(2250),
+            gpus_text(125)
+        ),
+        ("8".into(), "0.5".into(), "2.25".into(), "0.125".into())
+    );
+}
