@@ -853,6 +853,31 @@ fn schedule(py: Python<'_>, world: &Bound<'_, PyAny>, now: Option<&str>) -> PyRe
     out(py, &cycle)
 }
 
+/// The world of one queue cycle read from cluster objects (what the ai-operator reads from
+/// its caches): GryviaQueues, GryviaAIJobs, Nodes, Pods and, optionally, GryviaPriority
+/// classes, each a list of dicts or Resources. Pass the result to `schedule`.
+#[pyfunction]
+#[pyo3(signature = (queues, jobs, nodes, pods, priorities=None))]
+fn queue_world(
+    py: Python<'_>,
+    queues: &Bound<'_, PyAny>,
+    jobs: &Bound<'_, PyAny>,
+    nodes: &Bound<'_, PyAny>,
+    pods: &Bound<'_, PyAny>,
+    priorities: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let queues: Vec<gryvia_types::scheduling::GryviaQueue> = typed(queues, "queues")?;
+    let jobs: Vec<gryvia_types::GryviaAIJob> = typed(jobs, "jobs")?;
+    let nodes: Vec<k8s_openapi::api::core::v1::Node> = typed(nodes, "nodes")?;
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = typed(pods, "pods")?;
+    let priorities: Vec<gryvia_types::scheduling::GryviaPriority> = match priorities {
+        Some(p) => typed(p, "priorities")?,
+        None => Vec::new(),
+    };
+    let world = gryvia_reconcile::queue::world_of(&queues, &jobs, &priorities, &nodes, &pods);
+    out(py, &world)
+}
+
 /// When the pending job `namespace/name` of `world` is expected to start (RFC 3339), `None`
 /// when that cannot be known: "when would this start?" without creating anything.
 #[pyfunction]
@@ -892,6 +917,7 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kinds, m)?)?;
     m.add_function(wrap_pyfunction!(reconcile, m)?)?;
     m.add_function(wrap_pyfunction!(schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(queue_world, m)?)?;
     m.add_function(wrap_pyfunction!(expected_start, m)?)?;
     m.add_function(wrap_pyfunction!(render_template, m)?)?;
     m.add_function(wrap_pyfunction!(check_template, m)?)?;

@@ -155,3 +155,26 @@ def test_schedule_admits_what_fits_and_says_why_the_rest_waits():
     with pytest.raises(gryvia.ValidationError, match="not a GPU resource"):
         node["allocatable"] = {"cpu": 8}
         gryvia.schedule(world)
+
+
+def test_a_queue_world_from_cluster_objects_answers_when_a_job_would_start():
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    queue = {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQueue", "metadata": {"name": "ml"},
+             "spec": {"namespaces": ["ml"], "resources": [{"gpuType": h100, "nominal": 8}]}}
+    job = {"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+           "metadata": {"name": "train", "namespace": "ml", "creationTimestamp": "2026-12-03T11:00:00Z"},
+           "spec": {"image": "i", "gpus": 4, "replicas": 2, "gpuType": h100}}
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": h100}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    busy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": "x"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+            "status": {"phase": "Running"}}
+    world = gryvia.queue_world([queue], [job], [node], [busy])
+    assert world["nodes"][0]["used"] == {"nvidia.com/gpu": 2}
+    c = gryvia.schedule(world, now="2026-12-03T12:00:00Z")
+    assert c["pending"]["ml/train"]["reason"] == (
+        f"needs 2 workers x 4 GPUs of {h100}; room for 1 worker on 1 node of {h100}")
+    assert gryvia.queue_world([queue], [job], [node], [])["nodes"][0]["used"] == {}
+    assert gryvia.schedule(gryvia.queue_world([queue], [job], [node], []))["admitted"][0]["job"] == "ml/train"

@@ -91,6 +91,18 @@ def schedule(world: Mapping[str, Any], now: Optional[str] = None) -> Dict[str, A
     Returns ``admitted``, ``preempted``, ``released``, ``pending`` (queue, position, reason,
     expectedStart per job), ``queues`` and ``problems``."""
 
+def queue_world(
+    queues: Sequence[Any],
+    jobs: Sequence[Any],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    priorities: Optional[Sequence[Any]] = None,
+) -> Dict[str, Any]:
+    """The world of one queue cycle from cluster objects (GryviaQueues, GryviaAIJobs, Nodes,
+    Pods, GryviaPriority classes), as the ai-operator reads it: pass it to ``schedule``. An
+    admitted job's workers are counted from its admission, other pods from their GPU requests;
+    finished jobs, namespaces no queue covers and nodes without GPUs are left out."""
+
 def expected_start(
     world: Mapping[str, Any], namespace: str, name: str, now: Optional[str] = None
 ) -> Optional[str]:
