@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use gryvia_reconcile::facts;
 use gryvia_reconcile::tenancy::{
     NamespaceState, TENANT_QUOTA, TenantOptions, TenantReconciler, TenantSummary, TenantWorld,
     gpus_by_product, namespace_of, node_products,
@@ -117,13 +118,15 @@ impl Observe for TenantObserver {
 }
 
 /// The tenant controller: a tenant is reconciled when its spec changes, when one of its
-/// children or its namespace changes, and when its parent's spec changes (children are
+/// children or its namespace changes, when a GPU pod of its namespace is bound or ends, and
+/// when its parent's spec changes (children are
 /// re-allocated). Tenants are cluster-scoped: children map to them through `cluster_owner`.
 pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
     let c = &shared.caches;
     let managed = managed_selector();
     let tenants: Store<GryviaTenant> = c.store();
     let children_of = tenants.clone();
+    let namespaces: Store<Namespace> = c.store();
     let ctrl = Controller::for_shared_stream(
         changed(c.subscribe::<GryviaTenant>(), spec_or_lifecycle),
         tenants,
@@ -142,6 +145,19 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
     .watches_shared_stream(
         c.subscribe_labelled::<RoleBinding>(&managed),
         |o: Arc<RoleBinding>| cluster_owner::<GryviaTenant, _>(o.as_ref()),
+    )
+    // A pod's GPUs count against its tenant's per-product limits once it is bound to a node
+    // (the product is the node's) and stop counting when it ends: binding and ending change
+    // nothing the tenant's other children show, so they trigger it here.
+    .watches_shared_stream(
+        changed(c.subscribe::<Pod>(), gpu_placement),
+        move |pod: Arc<Pod>| {
+            let ns = pod.namespace()?;
+            namespaces
+                .get(&ObjectRef::new(&ns))
+                .and_then(|n| facts::tenant_of_namespace(n.labels()))
+                .map(|t| ObjectRef::<GryviaTenant>::new(&t))
+        },
     )
     .watches_shared_stream(c.subscribe::<Namespace>(), |ns: Arc<Namespace>| {
         ns.labels()
@@ -166,4 +182,18 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
         ctrl,
         shared.context(reconciler, TenantObserver::new(shared)),
     ))
+}
+
+/// A key for [`changed`]: a pod passes when it is created, bound to a node or finishes, and
+/// only when it holds GPUs (a tenant counts GPU pods per product).
+fn gpu_placement(pod: &Pod) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    if !facts::holds_gpus(pod) {
+        // Constant: a pod without GPUs passes once and never again.
+        return Some(0);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    facts::node_of(pod).hash(&mut h);
+    facts::finished(pod).hash(&mut h);
+    Some(h.finish())
 }
