@@ -2,7 +2,7 @@
 //! template's history), when a blocked job could start, and when every pending job is
 //! expected to start if nothing new arrives.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use gryvia_types::JobAdmission;
 use gryvia_types::scheduling::QueueingStrategy;
@@ -53,7 +53,7 @@ fn releases<'a>(
 }
 
 /// The quota a queue draws on: its cohort's, or its own.
-fn then_scope<'a>(state: &'a State, queue: &'a str) -> &'a str {
+fn quota_scope<'a>(state: &'a State, queue: &'a str) -> &'a str {
     state.ledger.cohort(queue).unwrap_or(queue)
 }
 
@@ -69,14 +69,14 @@ pub(super) fn earliest_start(
     now: Timestamp,
 ) -> Option<(Timestamp, State)> {
     let mut then = state.clone();
-    let own = then_scope(state, &queue.name);
+    let own = quota_scope(state, &queue.name);
     for (t, i, a) in releases(jobs, running, victims, now)
         .into_iter()
         .take(HORIZON)
     {
         then.unhold(&jobs[i], a);
         // Only a job sharing its quota or its GPU product can make room for it.
-        let helps = then_scope(state, &a.queue) == own
+        let helps = quota_scope(state, &a.queue) == own
             || job
                 .gpu_type
                 .as_deref()
@@ -120,16 +120,6 @@ pub(super) fn etas(
     let mut steps = 0;
     // A job ending only helps jobs that share its quota (its cohort, or its queue alone) or
     // its GPU product: only those are tried again.
-    let scope: HashMap<&str, &str> = world
-        .queues
-        .iter()
-        .map(|q| {
-            (
-                q.name.as_str(),
-                q.cohort.as_deref().unwrap_or(q.name.as_str()),
-            )
-        })
-        .collect();
     while let Some(&(t, _)) = events.first() {
         if left.is_empty() || steps >= HORIZON {
             break;
@@ -144,9 +134,7 @@ pub(super) fn etas(
             steps += 1;
             if let Some(a) = held.remove(&i) {
                 sim.unhold(&jobs[i], &a);
-                if let Some(s) = scope.get(a.queue.as_str()) {
-                    scopes.insert((*s).to_owned());
-                }
+                scopes.insert(quota_scope(state, &a.queue).to_owned());
                 products.extend(a.product);
             }
         }
@@ -158,9 +146,7 @@ pub(super) fn etas(
             if blocked.contains(&qi) {
                 return true;
             }
-            let helped = scope
-                .get(queue.name.as_str())
-                .is_some_and(|s| scopes.contains(*s))
+            let helped = scopes.contains(quota_scope(state, &queue.name))
                 || job
                     .gpu_type
                     .as_ref()
