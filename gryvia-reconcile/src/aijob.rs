@@ -26,7 +26,7 @@ use std::time::Duration;
 use gryvia_types::conditions::{self, Status};
 use gryvia_types::{
     AccessMode, FailureClass, GryviaAIJob, GryviaAIJobSpec, GryviaAIJobStatus, JobAdmission,
-    JobPhase, PodFailure, labels,
+    JobPhase, PodFailure, PreemptionNotice, labels,
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -59,6 +59,12 @@ pub const DATA_PATH: &str = "/data";
 pub const DATA_VOLUME: &str = "gryvia-data";
 /// Name of the worker container.
 pub const WORKER: &str = "worker";
+/// Name of the downward API volume through which the workers of a job a queue admitted can
+/// read a preemption notice.
+pub const NOTICE_VOLUME: &str = "gryvia-notice";
+/// Where that volume is mounted: its file `preemption` holds the pod's
+/// `gryvia.io/preemption-notice` annotation (empty until the queue preempts the job).
+pub const NOTICE_PATH: &str = "/etc/gryvia/notice";
 /// Pod annotation the Job controller sets to the worker's index.
 pub const COMPLETION_INDEX: &str = labels::JOB_COMPLETION_INDEX;
 /// Failure records kept in the status.
@@ -102,6 +108,12 @@ pub struct ObservedJob {
     pub complete: bool,
     /// `Failed=True`: reason and message.
     pub failed_condition: Option<(String, String)>,
+    /// `spec.suspend`.
+    #[serde(default)]
+    pub suspended: bool,
+    /// The admission it was made for (its `gryvia.io/admitted-at` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<String>,
 }
 
 impl ObservedJob {
@@ -128,6 +140,13 @@ impl ObservedJob {
                 .map(|t| t.0)
                 .or_else(|| failed.and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))),
             complete: cond("Complete").is_some(),
+            suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),
+            admitted_at: job
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::ADMITTED_AT))
+                .cloned(),
             failed_condition: failed.map(|c| {
                 (
                     c.reason.clone().unwrap_or_default(),
@@ -162,6 +181,10 @@ pub struct ObservedPod {
     /// When the kubelet took the pod (`status.startTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Timestamp>,
+    /// The job it makes room for, when the native queue preempted this pod's job (from its
+    /// `gryvia.io/preemption-notice` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted: Option<String>,
 }
 
 impl ObservedPod {
@@ -201,8 +224,23 @@ impl ObservedPod {
                 .map(|t| t.exit_code)
                 .find(|c| *c != 0),
             start_time: status.start_time.map(|t| t.0),
+            preempted: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::PREEMPTION_NOTICE))
+                .map(|n| preempted_by(n)),
         }
     }
+}
+
+/// The job a preemption notice (`by=<job>; reason=...`) names, or the whole notice.
+fn preempted_by(notice: &str) -> String {
+    notice
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("by="))
+        .unwrap_or(notice)
+        .to_owned()
 }
 
 /// A node a pod of the job is (or was) on, as observed.
@@ -265,6 +303,9 @@ pub enum FailureCause {
     Reason(String),
     /// Nothing says why.
     Unknown,
+    /// The native queue preempted the job (its pods carry the preemption notice, or were
+    /// stopped while the job's status held one): the job queues again, no retry used.
+    Preempted(String),
 }
 
 impl FailureCause {
@@ -277,14 +318,20 @@ impl FailureCause {
             FailureCause::Disrupted(_)
             | FailureCause::NodeGone(_)
             | FailureCause::NodeQuarantined { .. }
-            | FailureCause::RejectedByNode(_) => FailureClass::Infrastructure,
+            | FailureCause::RejectedByNode(_)
+            | FailureCause::Preempted(_) => FailureClass::Infrastructure,
         }
     }
 
     /// Whether the Job controller counts the failure against `backoffLimit` (all but the
     /// disruptions the pod failure policy ignores).
     pub fn counted_by_job_controller(&self) -> bool {
-        !matches!(self, FailureCause::Disrupted(_))
+        // A preempted job's batch Job is deleted before it runs again: its failures do not
+        // carry over to the next one.
+        !matches!(
+            self,
+            FailureCause::Disrupted(_) | FailureCause::Preempted(_)
+        )
     }
 
     /// Reads the cause of a failure recorded in the status back from its class and reason
@@ -297,6 +344,9 @@ impl FailureCause {
                 _ if r == "failed" => FailureCause::Unknown,
                 _ => FailureCause::Reason(r.to_owned()),
             };
+        }
+        if let Some(by) = r.strip_prefix("preempted for ") {
+            return FailureCause::Preempted(by.to_owned());
         }
         if let Some(d) = r.strip_prefix("disrupted:") {
             return FailureCause::Disrupted(d.trim_start().to_owned());
@@ -333,6 +383,7 @@ impl fmt::Display for FailureCause {
             FailureCause::Exited(code) => write!(f, "exited with code {code}"),
             FailureCause::Reason(r) => f.write_str(r),
             FailureCause::Unknown => f.write_str("failed"),
+            FailureCause::Preempted(by) => write!(f, "preempted for {by}"),
         }
     }
 }
@@ -345,6 +396,9 @@ pub fn failure_cause(
 ) -> Option<FailureCause> {
     if pod.pod_phase() != PodPhase::Failed {
         return None;
+    }
+    if let Some(by) = &pod.preempted {
+        return Some(FailureCause::Preempted(by.clone()));
     }
     if let Some(d) = &pod.disruption {
         return Some(FailureCause::Disrupted(d.clone()));
@@ -449,6 +503,11 @@ pub fn claim_name(job: &str) -> String {
 /// What is wrong with a job's spec that the schema cannot say, naming the field.
 pub fn invalid_spec(job: &GryviaAIJob) -> Option<String> {
     let spec = &job.spec;
+    if spec.volumes.iter().any(|v| v.name == NOTICE_VOLUME) {
+        return Some(format!(
+            "spec.volumes: the name {NOTICE_VOLUME} is reserved for the preemption notice"
+        ));
+    }
     if spec.storage.is_some() {
         if spec.volumes.iter().any(|v| v.name == DATA_VOLUME) {
             return Some(format!(
@@ -612,11 +671,23 @@ fn volumes(job: &GryviaAIJob) -> Vec<Value> {
             json!({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name(&name)}}),
         );
     }
+    if admitted(job) {
+        volumes.push(json!({"name": NOTICE_VOLUME, "downwardAPI": {"items": [
+            {"path": "preemption", "fieldRef": {"fieldPath": format!("metadata.annotations['{}']", labels::PREEMPTION_NOTICE)}}
+        ]}}));
+    }
     volumes
 }
 
-/// The worker's volume mounts: `spec.volumeMounts`, then `spec.storage` at [`DATA_PATH`].
-fn volume_mounts(spec: &GryviaAIJobSpec) -> Vec<Value> {
+/// Whether a queue admitted `job` (`status.admission`).
+fn admitted(job: &GryviaAIJob) -> bool {
+    job.status.as_ref().is_some_and(|s| s.admission.is_some())
+}
+
+/// The worker's volume mounts: `spec.volumeMounts`, then `spec.storage` at [`DATA_PATH`],
+/// then the preemption notice at [`NOTICE_PATH`] when a queue admitted the job.
+fn volume_mounts(job: &GryviaAIJob) -> Vec<Value> {
+    let spec = &job.spec;
     let mut mounts: Vec<Value> = spec
         .volume_mounts
         .iter()
@@ -630,6 +701,9 @@ fn volume_mounts(spec: &GryviaAIJobSpec) -> Vec<Value> {
         .collect();
     if spec.storage.is_some() {
         mounts.push(json!({"name": DATA_VOLUME, "mountPath": DATA_PATH}));
+    }
+    if admitted(job) {
+        mounts.push(json!({"name": NOTICE_VOLUME, "mountPath": NOTICE_PATH, "readOnly": true}));
     }
     mounts
 }
@@ -656,7 +730,7 @@ fn worker_container(job: &GryviaAIJob) -> Value {
     if !spec.args.is_empty() {
         container["args"] = json!(spec.args);
     }
-    let mounts = volume_mounts(spec);
+    let mounts = volume_mounts(job);
     if !mounts.is_empty() {
         container["volumeMounts"] = json!(mounts);
     }
@@ -788,17 +862,18 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     }
     // A preempted job is suspended: the Job controller stops its pods (SIGTERM, then the
     // grace period) without counting them as failures.
-    if job
-        .status
-        .as_ref()
-        .is_some_and(|s| s.admission.is_some() && s.preemption.is_some())
-    {
+    let status = job.status.as_ref();
+    if status.is_some_and(|s| s.admission.is_some() && s.preemption.is_some()) {
         job_spec["suspend"] = true.into();
+    }
+    let mut metadata = json!({"name": name, "namespace": namespace, "labels": label_map(job)});
+    if let Some(a) = status.and_then(|s| s.admission.as_ref()) {
+        metadata["annotations"] = json!({labels::ADMITTED_AT: a.admitted_at.0.to_string()});
     }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": label_map(job)},
+        "metadata": metadata,
         "spec": job_spec,
     })
 }
@@ -870,6 +945,58 @@ pub fn without_queue_fields(mut status: GryviaAIJobStatus) -> GryviaAIJobStatus 
     status
 }
 
+/// Whether the job's batch Job was running workers before its namespace got a queue (not
+/// suspended, a worker on a node): it runs on outside the queue's quota rather than being
+/// stopped (its workers count as used room on their nodes).
+fn runs_outside_queue(world: &AIJobWorld) -> bool {
+    world.job.as_ref().is_some_and(|j| {
+        j.owned
+            && !j.suspended
+            && j.admitted_at.is_none()
+            && world.pods.iter().any(|p| p.node.is_some())
+    })
+}
+
+/// An admitted job whose batch Job was made for an earlier admission, or before the queue
+/// admitted it (a Job's pod template cannot change): the Job is deleted and made anew for
+/// this admission once it is gone.
+fn replace_for_admission(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    stale: &ObservedJob,
+    now: Timestamp,
+) {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    plan.delete
+        .push(ObjectRef::namespaced("batch/v1", "Job", &namespace, &name));
+    let message = format!(
+        "replacing batch Job {name} (made for {}) with one for its admission",
+        stale.admitted_at.as_deref().map_or_else(
+            || "no admission".to_owned(),
+            |t| format!("the admission of {t}")
+        )
+    );
+    set(
+        status,
+        SCHEDULED,
+        Status::False,
+        "Admitted",
+        message.clone(),
+        job.metadata.generation,
+        now,
+    );
+    status.phase = Some(JobPhase::Pending);
+    status.active = 0;
+    status.job_name = None;
+    status.message = Some(message);
+    plan.requeue(ADMISSION_RECHECK);
+}
+
+/// How soon a job whose batch Job is being replaced is looked at again.
+pub const ADMISSION_RECHECK: Duration = Duration::from_secs(2);
+
 /// A job of a queue's namespace that the queue has not admitted (or has released after a
 /// preemption): no batch Job (a suspended one left by a preemption is deleted), `Pending`,
 /// and `Scheduled=False/Queued` saying where it stands.
@@ -887,9 +1014,16 @@ fn wait_for_queue(
         plan.delete
             .push(ObjectRef::namespaced("batch/v1", "Job", &namespace, &name));
     }
+    // The standing itself changes with every cycle and is in status.queue; the condition
+    // only names the queue (this controller is not woken by the queue's writes).
     let message = current.queue.as_ref().map_or_else(
         || "waiting for the native queue to admit it".to_owned(),
-        |q| format!("queue {}, position {}: {}", q.queue, q.position, q.reason),
+        |q| {
+            format!(
+                "waiting for queue {} to admit it (status.queue: position, why, expected start)",
+                q.queue
+            )
+        },
     );
     set(
         status,
@@ -903,6 +1037,9 @@ fn wait_for_queue(
     status.conditions.retain(|c| c.type_ != PREEMPTED);
     status.phase = Some(JobPhase::Pending);
     status.active = 0;
+    // No batch Job while it waits (one left by a preemption is deleted above): its absence
+    // is expected, not a Job deleted under it.
+    status.job_name = None;
     status.message = Some(message);
 }
 
@@ -1343,6 +1480,58 @@ fn set_ready(status: &mut GryviaAIJobStatus, name: &str, generation: Option<i64>
     );
 }
 
+/// A job the native queue preempted (`status.preemption`): its batch Job is suspended, so
+/// the Job controller stops the workers (SIGTERM, then `preemptionGracePeriodSeconds` to
+/// write a checkpoint); workers that fail while stopping are recorded as preempted and use no
+/// retry, and a batch Job failing meanwhile does not finish the job. It stays `Pending` with
+/// `Preempted=True` until the queue releases it (its workers gone) and admits it again.
+fn stop_for_preemption(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    current: &GryviaAIJobStatus,
+    notice: &PreemptionNotice,
+    now: Timestamp,
+) {
+    let generation = job.metadata.generation;
+    let mut stopping = world.clone();
+    for pod in &mut stopping.pods {
+        if pod.deleting && pod.preempted.is_none() {
+            pod.preempted = Some(notice.by.clone());
+        }
+    }
+    account_failures(plan, job, &stopping, current, status);
+    let limit = backoff_limit(job.spec.retry_limit, &status.failures);
+    apply_children(plan, job, limit, status.priority_class_name.as_deref());
+    status.job_name = job.metadata.name.clone();
+    status.active = world.job.as_ref().map_or(0, |j| j.active);
+    let message = format!(
+        "preempted ({}) for {}: its workers got SIGTERM at {} and {} s to write a checkpoint; it queues again once they are gone",
+        notice.reason, notice.by, notice.notice_at.0, notice.grace_seconds
+    );
+    set(
+        status,
+        PREEMPTED,
+        Status::True,
+        notice.reason.as_str(),
+        message.clone(),
+        generation,
+        now,
+    );
+    set(
+        status,
+        SCHEDULED,
+        Status::False,
+        "Preempted",
+        format!("preempted for {}", notice.by),
+        generation,
+        now,
+    );
+    status.phase = Some(JobPhase::Pending);
+    status.message = Some(message);
+}
+
 impl crate::Reconcile for AIJobReconciler {
     type Object = GryviaAIJob;
     type World = AIJobWorld;
@@ -1376,7 +1565,7 @@ impl crate::Reconcile for AIJobReconciler {
             plan.set_status_if_changed(owned.as_ref(), status);
             return plan;
         }
-        if world.queued && current.admission.is_none() {
+        if world.queued && current.admission.is_none() && !runs_outside_queue(world) {
             wait_for_queue(&mut plan, &mut status, job, world, &current, now);
             emit_transitions(&mut plan, &current, &status);
             plan.set_status_if_changed(owned.as_ref(), status);
@@ -1393,6 +1582,22 @@ impl crate::Reconcile for AIJobReconciler {
             return plan;
         }
         status.priority_class_name = priority_class.clone();
+        if let Some(a) = &current.admission
+            && let Some(stale) = world.job.as_ref().filter(|j| {
+                j.owned && j.admitted_at.as_deref() != Some(a.admitted_at.0.to_string().as_str())
+            })
+        {
+            replace_for_admission(&mut plan, &mut status, job, stale, now);
+            emit_transitions(&mut plan, &current, &status);
+            plan.set_status_if_changed(owned.as_ref(), status);
+            return plan;
+        }
+        if let Some(p) = &current.preemption {
+            stop_for_preemption(&mut plan, &mut status, job, world, &current, p, now);
+            emit_transitions(&mut plan, &current, &status);
+            plan.set_status_if_changed(owned.as_ref(), status);
+            return plan;
+        }
         let app = account_failures(&mut plan, job, world, &current, &mut status);
         let limit = backoff_limit(job.spec.retry_limit, &status.failures);
         apply_children(&mut plan, job, limit, priority_class.as_deref());
@@ -1412,20 +1617,6 @@ impl crate::Reconcile for AIJobReconciler {
                 status.message = Some("waiting for the batch Job to be created".to_owned());
             }
             Some(observed) => track(&mut plan, &mut status, job, world, observed, app, now),
-        }
-        if let Some(p) = &current.preemption {
-            set(
-                &mut status,
-                PREEMPTED,
-                Status::True,
-                p.reason.as_str(),
-                format!(
-                    "preempted for {}; its workers stop {} s after {}",
-                    p.by, p.grace_seconds, p.notice_at.0
-                ),
-                generation,
-                now,
-            );
         }
         set_ready(&mut status, &name, generation, now);
         emit_transitions(&mut plan, &current, &status);
@@ -1525,11 +1716,16 @@ pub fn unavailable(node: &Node) -> Option<String> {
     }
 }
 
-/// The order in which waiting jobs are served: higher `spec.priority` first, then earlier
-/// creation, then name (the generated name of a job not created yet).
+/// The order `gryvia queue` lists waiting jobs in: those a native queue holds by queue and
+/// position (`status.queue`, the queue's own order); then the others, which kube-scheduler
+/// places as they come, by `spec.priority` (higher first), then creation, then name (the
+/// generated name of a job not created yet).
 pub fn queue_order(a: &GryviaAIJob, b: &GryviaAIJob) -> std::cmp::Ordering {
     let key = |j: &GryviaAIJob| {
+        let standing = j.status.as_ref().and_then(|s| s.queue.as_ref());
         (
+            standing.is_none(),
+            standing.map(|q| (q.queue.clone(), q.position)),
             std::cmp::Reverse(j.spec.priority),
             j.metadata.creation_timestamp.as_ref().map(|t| t.0),
             j.metadata
@@ -1700,6 +1896,29 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["new-high", "a", "b", "old-low"]);
         assert_eq!(queue_order(&queue[1], &queue[2]), std::cmp::Ordering::Less);
+        // Jobs a native queue holds come first, in its order, whatever their priority.
+        let standing = |name: &str, position: i32| {
+            let mut j = j(name, 0, 9, Some(JobPhase::Pending));
+            if let Some(st) = j.status.as_mut() {
+                st.queue = Some(gryvia_types::QueueStanding {
+                    queue: "ml".to_owned(),
+                    position,
+                    reason: String::new(),
+                    expected_start: None,
+                });
+            }
+            j
+        };
+        let queue = pending_queue(vec![
+            j("unqueued-high", 99, 1, None),
+            standing("second", 2),
+            standing("first", 1),
+        ]);
+        let names: Vec<&str> = queue
+            .iter()
+            .filter_map(|j| j.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, vec!["first", "second", "unqueued-high"]);
     }
 
     #[test]
@@ -1746,7 +1965,7 @@ mod tests {
                            "storage": {"size": "1Gi"}}),
         );
         assert_eq!(
-            volume_mounts(&j.spec),
+            volume_mounts(&j),
             vec![
                 json!({"name": "cfg", "mountPath": "/cfg", "readOnly": false}),
                 json!({"name": DATA_VOLUME, "mountPath": DATA_PATH})

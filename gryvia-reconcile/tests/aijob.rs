@@ -812,8 +812,8 @@ fn a_queued_job_gets_no_batch_job_until_its_queue_admits_it() {
         .unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Queued"));
     assert_eq!(
-        c.message,
-        "queue ml, position 3: needs 16 GPUs of H100; queue ml has 8 of 16 nominal free"
+        c.message, "waiting for queue ml to admit it (status.queue: position, why, expected start)",
+        "the standing itself changes each cycle and is in status.queue"
     );
     assert!(
         st.queue.is_none() && st.admission.is_none(),
@@ -878,7 +878,7 @@ fn a_preempted_job_is_suspended_and_says_why() {
     let plan = run(
         &j,
         &AIJobWorld {
-            job: Some(owned_job()),
+            job: Some(admitted_job()),
             ..queued()
         },
     );
@@ -897,6 +897,182 @@ fn a_preempted_job_is_suspended_and_says_why() {
     assert_eq!(c.reason, "WithinQueue");
     assert_eq!(
         c.message,
-        "preempted for ml/urgent; its workers stop 120 s after 2026-12-03T12:05:00Z"
+        "preempted (WithinQueue) for ml/urgent: its workers got SIGTERM at 2026-12-03T12:05:00Z and 120 s to write a checkpoint; it queues again once they are gone"
+    );
+    assert_eq!(st.phase, Some(JobPhase::Pending));
+}
+
+/// The batch Job made for the admission of [`admission`].
+fn admitted_job() -> ObservedJob {
+    ObservedJob {
+        admitted_at: Some("2026-12-03T12:00:00Z".to_owned()),
+        ..owned_job()
+    }
+}
+
+fn preempted(j: &mut GryviaAIJob) {
+    j.status = Some(GryviaAIJobStatus {
+        admission: Some(admission("nvidia.com/gpu", 4, &["n1", "n1"])),
+        preemption: Some(
+            serde_json::from_value(json!({"by": "ml/urgent", "reason": "WithinQueue",
+                "noticeAt": "2026-12-03T12:05:00Z", "graceSeconds": 30}))
+            .unwrap(),
+        ),
+        job_name: Some("train".to_owned()),
+        ..Default::default()
+    });
+}
+
+#[test]
+fn workers_stopped_by_a_preemption_use_no_retry_and_a_failing_batch_job_does_not_end_the_job() {
+    let mut j = job_with(json!({"gpus": 4, "replicas": 2, "retryLimit": 0}));
+    preempted(&mut j);
+    // One worker carries the notice; the other was stopped before the notice reached it.
+    let mut noticed = pod("train-0-a", Some("n1"), "Failed");
+    noticed.exit_code = Some(143);
+    noticed.preempted = Some("ml/urgent".to_owned());
+    let mut stopped = pod("train-1-b", Some("n1"), "Failed");
+    stopped.exit_code = Some(137);
+    stopped.deleting = true;
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            failed: 2,
+            failed_condition: Some(("BackoffLimitExceeded".to_owned(), "2 failed".to_owned())),
+            ..admitted_job()
+        }),
+        pods: vec![noticed, stopped],
+        nodes: healthy(&["n1"]),
+        ..queued()
+    };
+    let st = run(&j, &w).status.unwrap();
+    assert_eq!(st.retries, 0);
+    assert_eq!(
+        st.phase,
+        Some(JobPhase::Pending),
+        "not Failed: it queues again"
+    );
+    assert_eq!(st.failures.len(), 2);
+    for f in &st.failures {
+        assert_eq!(f.class, FailureClass::Infrastructure);
+        assert_eq!(f.reason, "preempted for ml/urgent");
+    }
+    assert!(
+        st.avoided_nodes.is_empty(),
+        "a preemption says nothing about the node"
+    );
+    // Read back from the status, the cause is the same.
+    let cause = gryvia_reconcile::aijob::FailureCause::of_recorded(&st.failures[0]);
+    assert!(!cause.counted_by_job_controller());
+}
+
+#[test]
+fn a_requeued_job_waits_without_a_batch_job_and_its_next_admission_makes_a_new_one() {
+    let mut j = job_with(json!({"gpus": 4}));
+    // Released: the queue cleared the admission; its suspended Job is still there.
+    j.status = Some(GryviaAIJobStatus {
+        job_name: Some("train".to_owned()),
+        queue: Some(
+            serde_json::from_value(json!({"queue": "ml", "position": 1, "reason": "r"})).unwrap(),
+        ),
+        ..Default::default()
+    });
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            suspended: true,
+            ..admitted_job()
+        }),
+        ..queued()
+    };
+    let plan = run(&j, &w);
+    assert_eq!(plan.delete.len(), 1);
+    let st = plan.status.unwrap();
+    assert_eq!(st.job_name, None, "its absence from now on is expected");
+    // Admitted again before that Job was gone: the Job of the old admission is replaced.
+    let mut again = j.clone();
+    again.status = Some(GryviaAIJobStatus {
+        job_name: Some("train".to_owned()),
+        admission: Some(gryvia_types::JobAdmission {
+            admitted_at: gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-12-03T13:00:00Z".parse().unwrap(),
+            ),
+            ..admission("nvidia.com/gpu", 4, &["n2"])
+        }),
+        ..Default::default()
+    });
+    let plan = run(&again, &w);
+    assert!(plan.apply.is_empty(), "{:?}", plan.apply);
+    assert_eq!(plan.delete.len(), 1);
+    let st = plan.status.unwrap();
+    assert_eq!(st.phase, Some(JobPhase::Pending));
+    assert_eq!(st.job_name, None);
+    assert!(
+        st.message
+            .unwrap()
+            .contains("the admission of 2026-12-03T12:00:00Z")
+    );
+    // Once it is gone, the new one is made, with the new admission's time on it.
+    if let Some(st) = again.status.as_mut() {
+        st.job_name = None;
+    }
+    let plan = run(&again, &queued());
+    let batch = child(&plan, "Job").unwrap();
+    assert_eq!(
+        batch["metadata"]["annotations"]["gryvia.io/admitted-at"],
+        "2026-12-03T13:00:00Z"
+    );
+    assert_ne!(plan.status.unwrap().phase, Some(JobPhase::Failed));
+}
+
+#[test]
+fn a_job_running_before_its_namespace_got_a_queue_runs_on() {
+    let j = job_with(json!({"gpus": 4}));
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![pod("train-a", Some("n1"), "Running")],
+        nodes: healthy(&["n1"]),
+        ..queued()
+    };
+    let plan = run(&j, &w);
+    assert!(plan.delete.is_empty());
+    assert!(child(&plan, "Job").is_some());
+    // Not yet placed: it is stopped and queues.
+    let w = AIJobWorld {
+        job: Some(owned_job()),
+        pods: vec![pod("train-a", None, "Pending")],
+        ..queued()
+    };
+    assert_eq!(run(&j, &w).delete.len(), 1);
+}
+
+#[test]
+fn the_workers_of_an_admitted_job_can_read_a_preemption_notice() {
+    let mut j = job_with(json!({"gpus": 8}));
+    j.status = Some(GryviaAIJobStatus {
+        admission: Some(admission("nvidia.com/gpu", 8, &["n1"])),
+        ..Default::default()
+    });
+    let batch = render_job(&j, 3, None);
+    let pod = &batch["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][0],
+        json!({"name": "gryvia-notice", "downwardAPI": {"items": [{"path": "preemption",
+            "fieldRef": {"fieldPath": "metadata.annotations['gryvia.io/preemption-notice']"}}]}})
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0],
+        json!({"name": "gryvia-notice", "mountPath": "/etc/gryvia/notice", "readOnly": true})
+    );
+    let unqueued = job_with(json!({"gpus": 8}));
+    assert!(
+        render_job(&unqueued, 3, None)["spec"]["template"]["spec"]
+            .get("volumes")
+            .is_none()
+    );
+    let mut clash =
+        job_with(json!({"gpus": 8, "volumes": [{"name": "gryvia-notice", "emptyDir": {}}]}));
+    clash.status = None;
+    assert_eq!(
+        gryvia_reconcile::aijob::invalid_spec(&clash).as_deref(),
+        Some("spec.volumes: the name gryvia-notice is reserved for the preemption notice")
     );
 }

@@ -769,3 +769,245 @@ fn fractions_and_gpu_counts_read_and_print_exactly() {
         ("8".into(), "0.5".into(), "2.25".into(), "0.125".into())
     );
 }
+
+#[test]
+fn backfill_over_jobs_admitted_in_earlier_cycles_never_delays_the_head() {
+    let mut q = queue("ml", 8);
+    q.strategy = QueueingStrategy::BestEffortFIFO;
+    let mut running = job("ml", "running", 1, 4, 60);
+    running.expected_seconds = Some(900);
+    running.priority = 0;
+    let mut w = world(vec![q], vec![node("n1", 8)], vec![running]);
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    let mut head = job("ml", "head", 1, 8, 10);
+    head.priority = 50;
+    let mut short = job("ml", "short", 1, 2, 5);
+    short.expected_seconds = Some(120);
+    short.priority = 0;
+    w.jobs.extend([head, short]);
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["short"]);
+    apply(&mut w, &c);
+    let mut endless = job("ml", "endless", 1, 2, 1);
+    endless.priority = 0;
+    w.jobs.push(endless);
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), Vec::<String>::new());
+    assert_eq!(
+        reason(&c, "ml", "endless"),
+        "fits, but would delay the expected start of ml/head"
+    );
+}
+
+fn ai_job(ns: &str, name: &str, status: serde_json::Value) -> gryvia_types::GryviaAIJob {
+    from_json(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"image": "i", "gpus": 8},
+        "status": status,
+    }))
+}
+
+#[test]
+fn a_cycle_writes_only_what_changed_with_the_notice_first_and_events_for_preemptions() {
+    use gryvia_reconcile::queue::{QueueFields, job_writes};
+    let mut w = world(
+        vec![in_cohort(
+            QueueInfo {
+                preempt_lower_priority: true,
+                ..queue("ml", 8)
+            },
+            "c",
+        )],
+        vec![node("n1", 8)],
+        vec![job("ml", "low", 1, 8, 60)],
+    );
+    w.jobs[0].priority = 10;
+    let c = cycle(&w, now());
+    let jobs = vec![ai_job("ml", "low", serde_json::json!({}))];
+    let writes = job_writes(&jobs, &c);
+    assert_eq!(writes.len(), 1);
+    let a = writes[0].fields.admission.clone().unwrap();
+    assert!(writes[0].fields.queue.is_none() && writes[0].event.is_none());
+    apply(&mut w, &c);
+    let low = ai_job("ml", "low", serde_json::json!({"admission": a}));
+    assert!(
+        job_writes(&[low.clone()], &cycle(&w, now())).is_empty(),
+        "nothing changed"
+    );
+
+    // A higher-priority job: low is preempted, notice first, admission kept until released.
+    let mut high = job("ml", "high", 1, 8, 1);
+    high.priority = 90;
+    w.jobs.push(high);
+    let c = cycle(&w, now());
+    let high_obj = ai_job("ml", "high", serde_json::json!({}));
+    let writes = job_writes(&[low.clone(), high_obj.clone()], &c);
+    let low_w = writes.iter().find(|x| x.job.name == "low").unwrap();
+    assert_eq!(low_w.fields.admission.as_ref(), Some(&a));
+    let notice = low_w.fields.preemption.clone().unwrap();
+    assert_eq!(
+        low_w.notice.as_deref(),
+        Some(
+            format!(
+                "by=ml/high; reason=WithinQueue; noticeAt={}; graceSeconds=30",
+                notice.notice_at.0
+            )
+            .as_str()
+        )
+    );
+    let ev = low_w.event.as_ref().unwrap();
+    assert_eq!(
+        (ev.type_, ev.reason.as_str()),
+        (gryvia_reconcile::EventType::Warning, "Preempted")
+    );
+    let high_w = writes.iter().find(|x| x.job.name == "high").unwrap();
+    assert!(
+        high_w
+            .fields
+            .queue
+            .as_ref()
+            .unwrap()
+            .reason
+            .starts_with("preempting 1 job (ml/low)")
+    );
+
+    // Its workers gone: released (admission and notice cleared), with an Event; high starts.
+    apply(&mut w, &c);
+    workers_of_preempted_end(&mut w);
+    let c = cycle(&w, now());
+    let low = ai_job(
+        "ml",
+        "low",
+        serde_json::json!({"admission": a, "preemption": notice}),
+    );
+    let writes = job_writes(&[low, high_obj], &c);
+    let low_w = writes.iter().find(|x| x.job.name == "low").unwrap();
+    assert!(low_w.fields.admission.is_none() && low_w.fields.preemption.is_none());
+    assert_eq!(low_w.fields.queue.as_ref().unwrap().position, 1);
+    assert_eq!(low_w.event.as_ref().unwrap().reason, "Requeued");
+    assert!(
+        writes
+            .iter()
+            .any(|x| x.job.name == "high" && x.fields.admission.is_some())
+    );
+    assert_eq!(
+        QueueFields::default(),
+        QueueFields::of(&ai_job("x", "y", serde_json::json!({})))
+    );
+}
+
+#[test]
+fn an_expected_start_that_moves_less_than_a_minute_is_not_rewritten() {
+    use gryvia_reconcile::queue::job_writes;
+    let mut w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![job("ml", "running", 1, 8, 60)],
+    );
+    w.jobs[0].expected_seconds = Some(600);
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    w.jobs.push(job("ml", "next", 1, 8, 1));
+    let c = cycle(&w, now());
+    let standing = c.pending[&JobKey::new("ml", "next")].clone();
+    let with = |secs: i64| {
+        let mut s = standing.clone();
+        s.expected_start = s.expected_start.map(|t| {
+            gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                t.0.checked_add(jiff::SignedDuration::from_secs(secs))
+                    .unwrap(),
+            )
+        });
+        ai_job("ml", "next", serde_json::json!({"queue": s}))
+    };
+    assert!(job_writes(&[with(30)], &c).is_empty());
+    assert_eq!(job_writes(&[with(120)], &c).len(), 1);
+    // A standing left by a queue that is gone is cleared.
+    let stale = ai_job("other", "old", serde_json::json!({"queue": standing}));
+    let writes = job_writes(&[stale], &c);
+    assert_eq!(writes.len(), 1);
+    assert!(writes[0].fields.queue.is_none());
+}
+
+#[test]
+fn a_queue_status_says_its_numbers_and_a_configuration_problem_once() {
+    use gryvia_reconcile::queue::queue_status;
+    let ns_twice = world(
+        vec![
+            queue("a", 8),
+            QueueInfo {
+                name: "b".into(),
+                ..queue("a", 4)
+            },
+        ],
+        vec![node("n1", 8)],
+        vec![job("a", "j", 1, 4, 1)],
+    );
+    let c = cycle(&ns_twice, now());
+    let b: gryvia_types::scheduling::GryviaQueue = from_json(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQueue",
+        "metadata": {"name": "b", "generation": 1},
+        "spec": {"namespaces": ["a"], "resources": [{"gpuType": H100, "nominal": 4}]}
+    }));
+    let (status, event) = queue_status(&b, &c, now()).unwrap();
+    let ready = &status.conditions[0];
+    assert_eq!(
+        (ready.type_.as_str(), ready.status.as_str()),
+        ("Ready", "False")
+    );
+    assert_eq!(
+        ready.message,
+        "namespace a is also listed by queue a, which holds its jobs"
+    );
+    assert_eq!(event.unwrap().reason, "ConfigurationProblem");
+    let mut b2 = b.clone();
+    b2.status = Some(status);
+    assert!(
+        queue_status(&b2, &c, now()).is_none(),
+        "unchanged: nothing to write"
+    );
+    let a: gryvia_types::scheduling::GryviaQueue = from_json(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQueue",
+        "metadata": {"name": "a"},
+        "spec": {"namespaces": ["a"], "resources": [{"gpuType": H100, "nominal": 8}]}
+    }));
+    let (status, event) = queue_status(&a, &c, now()).unwrap();
+    assert!(event.is_none());
+    assert_eq!(status.admitted_jobs, 1);
+    assert_eq!(status.gpus_in_use.get(H100), Some(&4.0));
+}
+
+#[test]
+fn what_if_answers_for_a_job_not_created() {
+    use gryvia_reconcile::queue::{WhatIf, what_if};
+    let mut w = world(vec![queue("ml", 8)], vec![node("n1", 8)], vec![]);
+    let mut j = ai_job("ml", "try", serde_json::json!(null));
+    j.spec.gpu_type = Some(H100.into());
+    match what_if(&w, &j, &[], now()) {
+        WhatIf::StartsNow { admission } => assert_eq!(admission.milli_gpus, 8000),
+        other => panic!("{other:?}"),
+    }
+    w.jobs.push(job("ml", "running", 1, 8, 5));
+    let c = cycle(&w, now());
+    apply(&mut w, &c);
+    match what_if(&w, &j, &[], now()) {
+        WhatIf::Waits { standing } => {
+            assert_eq!(standing.position, 1);
+            assert!(
+                standing.reason.starts_with("needs 8 GPUs"),
+                "{}",
+                standing.reason
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let elsewhere = ai_job("dev", "try", serde_json::json!(null));
+    assert_eq!(
+        what_if(&w, &elsewhere, &[], now()),
+        WhatIf::NoQueue {
+            namespace: "dev".into()
+        }
+    );
+}

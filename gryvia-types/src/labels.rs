@@ -65,6 +65,10 @@ pub const NVIDIA_GPU_REPLICAS: &str = "nvidia.com/gpu.replicas";
 /// Prefix of the MIG slice resources (`nvidia.com/mig-3g.40gb`; NVIDIA device plugin, mixed
 /// strategy).
 pub const NVIDIA_MIG_PREFIX: &str = "nvidia.com/mig-";
-/// Pod annotation the queue scheduler sets on a preempted job's workers (the notice time, RFC
-/// 3339): readable in the pod through the downward API before SIGTERM.
+/// Pod annotation the queue scheduler sets on a preempted job's workers
+/// (`by=<job>; reason=<why>; noticeAt=<RFC 3339>; graceSeconds=<n>`): readable in the pod
+/// through the downward API before SIGTERM.
 pub const PREEMPTION_NOTICE: &str = "gryvia.io/preemption-notice";
+/// Annotation of the batch Job of a job a queue admitted: the admission's time (RFC 3339), so
+/// a Job made for an earlier admission (or none) is replaced, not patched.
+pub const ADMITTED_AT: &str = "gryvia.io/admitted-at";

@@ -405,47 +405,102 @@ impl KwokNodes {
         gpus: u32,
         product: &str,
     ) -> Result<Self> {
+        Self::create_with_resources(
+            client,
+            prefix,
+            count,
+            product,
+            gpus,
+            &[("nvidia.com/gpu", gpus)],
+            &[],
+        )
+        .await
+    }
+
+    /// Nodes whose `gpus` GPUs are shared by time-slicing with `replicas` replicas each, as
+    /// the NVIDIA device plugin advertises them with `renameByDefault`: `gpus x replicas` of
+    /// `nvidia.com/gpu.shared`, label `nvidia.com/gpu.replicas`, no `nvidia.com/gpu`.
+    ///
+    /// # Errors
+    /// As [`KwokNodes::create`].
+    pub async fn create_time_sliced(
+        client: &kube::Client,
+        prefix: &str,
+        count: usize,
+        gpus: u32,
+        replicas: u32,
+        product: &str,
+    ) -> Result<Self> {
+        let replicas_label = replicas.to_string();
+        Self::create_with_resources(
+            client,
+            prefix,
+            count,
+            product,
+            gpus,
+            &[("nvidia.com/gpu.shared", gpus * replicas)],
+            &[("nvidia.com/gpu.replicas", replicas_label.as_str())],
+        )
+        .await
+    }
+
+    /// Nodes of GPU product `product` with `gpus` GPUs (label `nvidia.com/gpu.count`)
+    /// advertising `resources` (besides cpu, memory and pods), with `labels` added.
+    ///
+    /// # Errors
+    /// As [`KwokNodes::create`].
+    pub async fn create_with_resources(
+        client: &kube::Client,
+        prefix: &str,
+        count: usize,
+        product: &str,
+        gpus: u32,
+        resources: &[(&str, u32)],
+        labels: &[(&str, &str)],
+    ) -> Result<Self> {
         use k8s_openapi::api::core::v1::Node;
         let Cluster::Ready { kubeconfig } = cluster() else {
             bail!("no control plane")
         };
         let group = format!("{prefix}-{:06x}", rand_suffix() & 0xff_ffff);
         let api: Api<Node> = Api::all(client.clone());
-        let mut names = Vec::new();
-        let nodes = KwokNodes {
+        let mut nodes = KwokNodes {
             group: group.clone(),
             names: Vec::new(),
             kubeconfig,
         };
-        let mut nodes = nodes;
+        let mut alloc = serde_json::json!({"cpu": "64", "memory": "512Gi", "pods": "110"});
+        for (r, n) in resources {
+            alloc[*r] = n.to_string().into();
+        }
         for i in 0..count {
             let name = format!("{group}-{i}");
+            let mut node_labels = serde_json::json!({
+                "type": "kwok",
+                NODE_GROUP_LABEL: group,
+                "kubernetes.io/hostname": name,
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": gpus.to_string(),
+            });
+            for (k, v) in labels {
+                node_labels[*k] = (*v).into();
+            }
             let node: Node = serde_json::from_value(serde_json::json!({
                 "metadata": {
                     "name": name,
                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {
-                        "type": "kwok",
-                        NODE_GROUP_LABEL: group,
-                        "kubernetes.io/hostname": name,
-                        "nvidia.com/gpu.present": "true",
-                        "nvidia.com/gpu.product": product,
-                        "nvidia.com/gpu.count": gpus.to_string(),
-                    }
+                    "labels": node_labels,
                 },
                 "spec": {"taints": [{"key": NODE_GROUP_TAINT, "value": group, "effect": "NoSchedule"}]},
-                "status": {
-                    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
-                    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
-                }
+                "status": {"capacity": alloc, "allocatable": alloc},
             }))?;
             api.create(&PostParams::default(), &node)
                 .await
                 .with_context(|| format!("create node {name}"))?;
-            names.push(name.clone());
-            nodes.names = names.clone();
+            nodes.names.push(name);
         }
-        for name in &names {
+        for name in &nodes.names {
             wait_for(
                 &format!("node {name} Ready"),
                 Duration::from_secs(60),

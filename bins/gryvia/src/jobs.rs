@@ -308,7 +308,24 @@ pub async fn logs(
     Ok(())
 }
 
-/// `gryvia queue`.
+/// When a job starts, as `in 12m (14:05:00Z)`, or `unknown`.
+fn eta_text(eta: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> String {
+    let Some(t) = eta else {
+        return "unknown".to_owned();
+    };
+    let secs = (t.0.as_second() - jiff::Timestamp::now().as_second()).max(0);
+    let when = if secs < 60 {
+        "now".to_owned()
+    } else if secs < 3600 {
+        format!("in {}m", secs / 60)
+    } else {
+        format!("in {}h{:02}m", secs / 3600, (secs % 3600) / 60)
+    };
+    format!("{when} ({})", t.0)
+}
+
+/// `gryvia queue`: jobs a native queue holds with their queue, position, expected start and
+/// why; other waiting jobs with what their `Scheduled` condition says.
 pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = (!all).then(|| namespace.unwrap_or_else(|| client.default_namespace().to_owned()));
@@ -322,44 +339,112 @@ pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyh
     let mut t = Table::new(&[
         "NAMESPACE",
         "JOB",
+        "QUEUE",
+        "POS",
         "PRIORITY",
         "GPUS",
-        "WAITING SINCE",
+        "EXPECTED START",
         "WHY",
     ]);
     for j in &jobs {
-        let why = j
-            .status
-            .as_ref()
-            .and_then(|s| gryvia_types::conditions::find(&s.conditions, "Scheduled").cloned())
-            .map_or_else(
-                || "not yet seen by the ai-operator".to_owned(),
-                |c| format!("{}: {}", c.reason, c.message),
-            );
+        let standing = j.status.as_ref().and_then(|s| s.queue.as_ref());
+        let why = match standing {
+            Some(q) => q.reason.clone(),
+            None => j
+                .status
+                .as_ref()
+                .and_then(|s| gryvia_types::conditions::find(&s.conditions, "Scheduled").cloned())
+                .map_or_else(
+                    || "not yet seen by the ai-operator".to_owned(),
+                    |c| format!("{}: {}", c.reason, c.message),
+                ),
+        };
+        let share = match j.spec.gpu_fraction {
+            Some(f) => format!("{f}"),
+            None => j.spec.gpus.to_string(),
+        };
         t.row(vec![
             j.namespace().unwrap_or_default(),
             j.name_any(),
+            standing.map_or_else(|| "-".to_owned(), |q| q.queue.clone()),
+            standing.map_or_else(|| "-".to_owned(), |q| q.position.to_string()),
             j.spec.priority.to_string(),
             format!(
-                "{} x {}{}",
+                "{} x {share}{}",
                 j.spec.replicas,
-                j.spec.gpus,
                 j.spec
                     .gpu_type
                     .as_ref()
                     .map(|g| format!(" {g}"))
                     .unwrap_or_default()
             ),
-            j.metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|c| c.0.to_string())
-                .unwrap_or_default(),
+            standing.map_or_else(|| "-".to_owned(), |q| eta_text(q.expected_start.as_ref())),
             why,
         ]);
     }
     t.print();
     Ok(())
+}
+
+/// `gryvia queue --what-if -f job.yaml`: what the native queue would do with the job if it
+/// were submitted now; creates nothing.
+pub async fn what_if(
+    file: &std::path::Path,
+    namespace: Option<String>,
+    output: Output,
+) -> anyhow::Result<()> {
+    use gryvia_reconcile::queue::WhatIf;
+    let mut jobs = jobs_from_file(file)?;
+    if jobs.len() != 1 {
+        bail!(
+            "{}: --what-if takes one GryviaAIJob, the file has {}",
+            file.display(),
+            jobs.len()
+        );
+    }
+    let mut job = jobs.remove(0);
+    let client = gryvia_client::connect().await?;
+    let ns = namespace
+        .or_else(|| job.metadata.namespace.clone())
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    job.metadata.namespace = Some(ns.clone());
+    if job.metadata.name.is_none() {
+        job.metadata.name = Some(
+            job.metadata
+                .generate_name
+                .clone()
+                .unwrap_or_else(|| "what-if".to_owned()),
+        );
+    }
+    let answer = gryvia_client::ops::jobs::what_if(&client, &job).await?;
+    if output != Output::Table {
+        return print_objects(std::slice::from_ref(&answer), output);
+    }
+    let name = format!("{ns}/{}", job.name_any());
+    let line = match answer {
+        WhatIf::NoQueue { namespace } => format!(
+            "{name}: no GryviaQueue covers namespace {namespace}; kube-scheduler would place it as it comes\n"
+        ),
+        WhatIf::StartsNow { admission } => {
+            let mut nodes = admission.nodes.clone();
+            nodes.dedup();
+            format!(
+                "{name}: would start now: queue {} admits it ({} GPUs of {} on {})\n",
+                admission.queue,
+                gryvia_reconcile::queue::gpus_text(admission.milli_gpus),
+                admission.product.as_deref().unwrap_or(&admission.gpu_type),
+                nodes.join(", ")
+            )
+        }
+        WhatIf::Waits { standing } => format!(
+            "{name}: would wait in queue {} at position {}: {}; expected start {}\n",
+            standing.queue,
+            standing.position,
+            standing.reason,
+            eta_text(standing.expected_start.as_ref())
+        ),
+    };
+    crate::print_out(&line)
 }
 
 /// `gryvia capacity`.

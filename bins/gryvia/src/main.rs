@@ -103,6 +103,13 @@ enum Command {
         /// Every namespace.
         #[arg(short = 'A', long)]
         all_namespaces: bool,
+        /// Do not list: say when the job of `-f` would start if it were submitted now (its
+        /// queue, position, why and expected start); creates nothing.
+        #[arg(long, requires = "file", conflicts_with = "all_namespaces")]
+        what_if: bool,
+        /// The GryviaAIJob (YAML) for `--what-if`.
+        #[arg(short = 'f', long, requires = "what_if")]
+        file: Option<PathBuf>,
         /// Output format.
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
@@ -139,9 +146,19 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             // One line, as promised for bad input; `--help` has the details.
+            // clap lists missing arguments on the lines after the first: they are the point.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{} (see --help)", first.trim_end());
+            let line: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                .collect();
+            let line = if line.is_empty() {
+                "invalid arguments".to_owned()
+            } else {
+                line.join(" ")
+            };
+            eprintln!("{line} (see --help)");
             return ExitCode::from(2);
         }
     };
@@ -198,8 +215,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(jobs::logs(&name, namespace, tail, follow, worker)),
         Command::Queue {
             namespace,
+            all_namespaces: _,
+            what_if: true,
+            file: Some(file),
+            output,
+        } => block_on(jobs::what_if(&file, namespace, output)),
+        Command::Queue {
+            namespace,
             all_namespaces,
             output,
+            ..
         } => block_on(jobs::queue(namespace, all_namespaces, output)),
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Install { timeout } => {

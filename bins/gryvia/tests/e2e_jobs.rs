@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gryvia_testsupport::{TestNamespace, wait_for};
+use gryvia_testsupport::{KwokNodes, NODE_GROUP_TAINT, TestNamespace, unique, wait_for};
 use gryvia_types::GryviaTemplate;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -17,10 +17,15 @@ struct Controllers(tokio::task::JoinHandle<()>);
 
 impl Controllers {
     fn start(client: &kube::Client) -> Self {
+        Self::with_flags(client, &[])
+    }
+
+    /// The controllers the ai-operator runs with `flags`.
+    fn with_flags(client: &kube::Client, flags: &[&str]) -> Self {
+        let mut args = vec!["gryvia-ai-operator"];
+        args.extend_from_slice(flags);
         let start = gryvia_client::operators::ai::controllers(
-            &<gryvia_client::operators::ai::Flags as clap::Parser>::parse_from([
-                "gryvia-ai-operator",
-            ]),
+            &<gryvia_client::operators::ai::Flags as clap::Parser>::parse_from(args),
         )
         .into_controllers(
             client.clone(),
@@ -347,4 +352,129 @@ async fn quota_with_budget_shows_the_budgets_spend_and_state() {
             .delete(name, &DeleteParams::default())
             .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn queue_shows_position_reason_and_eta_and_what_if_answers_without_creating() {
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(&client, "cli-queue").await.unwrap();
+    let product = unique("GPU-CLI");
+    let _nodes = KwokNodes::create_with_product(&client, "cliq", 1, 8, &product)
+        .await
+        .unwrap();
+    let queue_name = unique("cli");
+    let queues: Api<gryvia_types::scheduling::GryviaQueue> = Api::all(client.clone());
+    let q: gryvia_types::scheduling::GryviaQueue = serde_json::from_value(json!({
+        "metadata": {"name": queue_name},
+        "spec": {"namespaces": [ns.name], "resources": [{"gpuType": product, "nominal": 8}]}
+    }))
+    .unwrap();
+    queues.create(&PostParams::default(), &q).await.unwrap();
+    let _controllers = Controllers::with_flags(&client, &["--native-queue-scheduler"]);
+    let dir = std::env::temp_dir().join(format!("gryvia-cli-{}", ns.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let job_yaml = |name: &str, gpus: u32, deadline: Option<u32>| {
+        let mut y = format!(
+            "apiVersion: gryvia.io/v1alpha1\nkind: GryviaAIJob\nmetadata:\n  name: {name}\nspec:\n  image: x\n  gpus: {gpus}\n  gpuType: {product}\n  tolerations:\n  - {{key: {NODE_GROUP_TAINT}, operator: Exists, effect: NoSchedule}}\n  podAnnotations:\n    gryvia.io/testenv-duration: 600s\n"
+        );
+        if let Some(d) = deadline {
+            y.push_str(&format!("  activeDeadlineSeconds: {d}\n"));
+        }
+        let file = dir.join(format!("{name}.yaml"));
+        std::fs::write(&file, y).unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+
+    // Nothing runs: an 8-GPU job would start now, and nothing is created.
+    let big = job_yaml("big", 8, Some(3600));
+    let (ok, out, err) = gryvia(&["queue", "--what-if", "-f", &big, "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("would start now") && out.contains(&queue_name) && out.contains("8 GPUs"),
+        "{out}"
+    );
+    let jobs: Api<gryvia_types::GryviaAIJob> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        jobs.get_opt("big").await.unwrap().is_none(),
+        "what-if created nothing"
+    );
+
+    // It runs; a 2-GPU job would wait behind quota, with the expected start from big's
+    // deadline.
+    let (ok, _, err) = gryvia(&["submit", "-f", &big, "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    wait_for("big admitted", Duration::from_secs(60), || async {
+        let j = jobs.get("big").await.ok()?;
+        j.status?.admission.map(|_| ())
+    })
+    .await
+    .unwrap();
+    let small = job_yaml("small", 2, None);
+    let (ok, out, err) = gryvia(&["queue", "--what-if", "-f", &small, "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("would wait in queue")
+            && out.contains("position 1")
+            && out.contains("needs 2 GPUs")
+            && (out.contains("in 59m") || out.contains("in 1h00m")),
+        "{out}"
+    );
+    let (ok, out, _) = gryvia(&[
+        "queue",
+        "--what-if",
+        "-f",
+        &small,
+        "-n",
+        &ns.name,
+        "-o",
+        "json",
+    ])
+    .await;
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["outcome"], "waits");
+    assert_eq!(v["standing"]["position"], 1);
+
+    // Submitted, it waits: `gryvia queue` shows its queue, position, ETA and why.
+    let (ok, _, err) = gryvia(&["submit", "-f", &small, "-n", &ns.name]).await;
+    assert!(ok, "{err}");
+    let listed = wait_for("small in the queue", Duration::from_secs(60), || {
+        let ns = ns.name.clone();
+        async move {
+            let (ok, out, _) = gryvia(&["queue", "-n", &ns]).await;
+            (ok && out.contains("needs 2 GPUs")).then_some(out)
+        }
+    })
+    .await
+    .unwrap();
+    let header = listed.lines().next().unwrap();
+    for col in ["QUEUE", "POS", "EXPECTED START", "WHY"] {
+        assert!(header.contains(col), "{listed}");
+    }
+    let row = listed.lines().find(|l| l.contains("small")).unwrap();
+    assert!(
+        row.contains(&queue_name) && (row.contains("in 59m") || row.contains("in 1h00m")),
+        "{listed}"
+    );
+
+    // Bad input: one line, non-zero.
+    let (ok, _, err) = gryvia(&["queue", "--what-if", "-n", &ns.name]).await;
+    assert!(!ok);
+    assert!(err.contains("--file"), "{err}");
+    let other = TestNamespace::create(&client, "cli-noqueue").await.unwrap();
+    let (ok, out, _) = gryvia(&["queue", "--what-if", "-f", &small, "-n", &other.name]).await;
+    assert!(ok);
+    assert!(out.contains("no GryviaQueue covers"), "{out}");
+
+    let _ = queues.delete(&queue_name, &DeleteParams::default()).await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! The GryviaAIJob controller of the ai-operator: a batch Job per AI job, retries and failure
-//! classification (policy: `gryvia_reconcile::aijob`). Reads its Job, its pods, their nodes
-//! and its PriorityClass from the operator's caches.
+//! classification (policy: `gryvia_reconcile::aijob`). Reads its Job, its pods, their nodes,
+//! its PriorityClass and (with the native queue scheduler) the GryviaQueues from the
+//! operator's caches.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use gryvia_reconcile::aijob::{
     AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod,
 };
+use gryvia_types::scheduling::GryviaQueue;
 use gryvia_types::{GryviaAIJob, labels};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -27,17 +29,34 @@ pub struct AIJobObserver {
     pods: Store<Pod>,
     nodes: Store<Node>,
     classes: Store<PriorityClass>,
+    /// The queues, when the native queue scheduler runs: a job of a namespace one covers
+    /// waits for its admission.
+    queues: Option<Store<GryviaQueue>>,
 }
 
 impl AIJobObserver {
-    /// An observer reading the caches of `shared`.
-    pub fn new(shared: &Shared) -> Self {
+    /// An observer reading the caches of `shared`; with `native_queue`, jobs of namespaces a
+    /// GryviaQueue covers wait for the queue.
+    pub fn new(shared: &Shared, native_queue: bool) -> Self {
         AIJobObserver {
             jobs: shared.caches.store_labelled(&managed_selector()),
             pods: shared.caches.store_labelled(labels::JOB_NAME),
             nodes: shared.caches.store(),
             classes: shared.caches.store(),
+            queues: native_queue.then(|| shared.caches.store()),
         }
+    }
+
+    /// Whether a GryviaQueue covers `namespace` (never without the native queue scheduler).
+    async fn queued(&self, namespace: &str) -> Result<bool> {
+        let Some(queues) = &self.queues else {
+            return Ok(false);
+        };
+        wait_ready(queues, "GryviaQueue").await?;
+        Ok(queues
+            .state()
+            .iter()
+            .any(|q| q.spec.namespaces.iter().any(|n| n == namespace)))
     }
 }
 
@@ -86,9 +105,7 @@ impl Observe for AIJobObserver {
             .get(labels::PRIORITY_CLASS)
             .is_some_and(|pc| cached(&self.classes, None, pc).is_some());
         Ok(AIJobWorld {
-            // The native queue scheduler (#16) is not wired into the ai-operator yet: no job
-            // waits for a queue.
-            queued: false,
+            queued: self.queued(&ns).await?,
             job: batch,
             pods,
             nodes,
@@ -103,17 +120,36 @@ fn job_of_pod(pod: &Pod) -> Option<ObjectRef<GryviaAIJob>> {
     Some(ObjectRef::new(name).within(&pod.namespace()?))
 }
 
-/// The AI job controller: status-only updates (its own writes) trigger nothing; changes of
-/// its Jobs and pods do.
-pub fn controller(shared: &Shared) -> Running {
+/// What wakes the AI job controller about the job itself: its spec and lifecycle, and the
+/// queue's decisions (`status.admission`, `status.preemption`); not its own status writes,
+/// nor the queue's standing (`status.queue`), which changes every cycle.
+fn spec_lifecycle_or_admission(job: &GryviaAIJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    spec_or_lifecycle(job).hash(&mut h);
+    if let Some(s) = &job.status {
+        serde_json::to_string(&(&s.admission, &s.preemption))
+            .unwrap_or_default()
+            .hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+/// The AI job controller: status-only updates (its own writes) trigger nothing but the
+/// queue's admissions and preemptions; changes of its Jobs and pods do. With `native_queue`,
+/// jobs of namespaces a GryviaQueue covers wait for their admission.
+pub fn controller(shared: &Shared, native_queue: bool) -> Running {
     let caches = &shared.caches;
-    let trigger = changed(caches.subscribe::<GryviaAIJob>(), spec_or_lifecycle);
+    let trigger = changed(
+        caches.subscribe::<GryviaAIJob>(),
+        spec_lifecycle_or_admission,
+    );
     let ctrl = Controller::for_shared_stream(trigger, caches.store())
         .owns_shared_stream(caches.subscribe_labelled::<Job>(&managed_selector()))
         .watches_shared_stream(
             caches.subscribe_labelled::<Pod>(labels::JOB_NAME),
             |pod: Arc<Pod>| job_of_pod(&pod),
         );
-    let ctx = shared.context(AIJobReconciler, AIJobObserver::new(shared));
+    let ctx = shared.context(AIJobReconciler, AIJobObserver::new(shared, native_queue));
     Box::pin(run(ctrl, ctx))
 }

@@ -9,6 +9,7 @@ pub mod health_check;
 pub mod job_hook;
 pub mod metering;
 pub mod priority;
+pub mod queue;
 pub mod quota;
 pub mod reservation;
 pub mod template;

@@ -1,12 +1,13 @@
-//! The ai-operator: AI jobs, templates, priorities and workflows; reservations and job hooks
-//! opt-in; the admission webhooks when `--webhook-addr` is given (on every replica).
+//! The ai-operator: AI jobs, templates, priorities and workflows; reservations, job hooks and
+//! the native queue scheduler opt-in; the admission webhooks when `--webhook-addr` is given
+//! (on every replica).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
-use crate::controllers::{aijob, job_hook, priority, reservation, template, workflow};
+use crate::controllers::{aijob, job_hook, priority, queue, reservation, template, workflow};
 use crate::{Error, Result};
 
 /// Name of the operator (its Lease, its logs).
@@ -25,6 +26,11 @@ pub struct Flags {
     /// or fail (opt-in: turning it on makes existing hooks start sending).
     #[arg(long, env = "GRYVIA_ENABLE_JOB_HOOKS")]
     pub enable_job_hooks: bool,
+    /// Run the native queue scheduler: jobs of namespaces a GryviaQueue covers wait until
+    /// their queue admits them (quota per GPU product, cohorts, gangs, preemption, backfill),
+    /// and their status says where they stand (opt-in: turning it on makes such jobs queue).
+    #[arg(long, env = "GRYVIA_NATIVE_QUEUE_SCHEDULER")]
+    pub native_queue_scheduler: bool,
     /// Serve the admission webhooks (TLS) on this address and register them (not with
     /// --dry-run: registering is a change to the cluster).
     #[arg(long, conflicts_with = "dry_run")]
@@ -61,13 +67,15 @@ pub struct Flags {
 
 /// The controllers the ai-operator runs with `flags`.
 pub fn controllers(flags: &Flags) -> ControllerSet {
+    let native_queue = flags.native_queue_scheduler;
     ControllerSet::new()
-        .with(aijob::controller)
+        .with(move |shared| aijob::controller(shared, native_queue))
         .with(template::controller)
         .with(priority::controller)
         .with(workflow::controller)
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
+        .with_if(native_queue, queue::controller)
 }
 
 fn endpoint(flags: &Flags) -> Result<Endpoint> {

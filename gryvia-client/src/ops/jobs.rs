@@ -79,8 +79,54 @@ pub async fn capacity(client: &kube::Client) -> Result<Vec<gryvia_reconcile::aij
     Ok(gryvia_reconcile::aijob::capacity(&nodes, &pods))
 }
 
+/// What the native queue would do with `job` if it were submitted now (`gryvia queue
+/// --what-if`): reads the queues, jobs, priority tiers, nodes and pods, creates nothing.
+///
+/// # Errors
+/// [`crate::Error::Api`] when a list fails.
+pub async fn what_if(
+    client: &kube::Client,
+    job: &GryviaAIJob,
+) -> Result<gryvia_reconcile::queue::WhatIf> {
+    use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
+    let queues = Api::<GryviaQueue>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list GryviaQueues"))?
+        .items;
+    let jobs = Api::<GryviaAIJob>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list GryviaAIJobs"))?
+        .items;
+    let priorities = Api::<GryviaPriority>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list GryviaPriorities"))?
+        .items;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api_err("list nodes"))?
+        .items;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+        .await
+        .map_err(api_err("list running pods"))?
+        .items;
+    let world = gryvia_reconcile::queue::world_of(&queues, &jobs, &priorities, &nodes, &pods);
+    let now = jiff::Timestamp::now();
+    Ok(gryvia_reconcile::queue::what_if(
+        &world,
+        job,
+        &priorities,
+        now,
+    ))
+}
+
 /// Jobs that wait (phase Pending, or not yet seen by the operator), in `namespace` or all
-/// namespaces: highest priority first, then oldest.
+/// namespaces: those in a native queue by queue and position, then the others by priority
+/// and age.
 ///
 /// # Errors
 /// [`crate::Error::Api`] when listing fails.

@@ -32,6 +32,7 @@ mod ledger;
 mod nodes;
 mod observe;
 mod simulate;
+mod write;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -43,7 +44,11 @@ use serde::{Deserialize, Serialize};
 pub use cycle::{Admit, Cycle, Preempt, QueueSummary, cycle, expected_start};
 pub use explain::Shortfall;
 pub use nodes::{NodeCapacity, Slot, Unavailable, Used, pod_gpu_resources};
-pub use observe::{class_value, world_of};
+pub use observe::{WhatIf, class_value, what_if, world_of};
+pub use write::{
+    ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, QUEUE_READY, QueueFields, job_writes,
+    notice_annotation, queue_status, same_standing,
+};
 
 use crate::Timestamp;
 

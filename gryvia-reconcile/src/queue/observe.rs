@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
-use gryvia_types::{GryviaAIJob, labels};
+use gryvia_types::{GryviaAIJob, JobAdmission, QueueStanding, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::{Deserialize, Serialize};
 
 use super::{JobInfo, NodeCapacity, QueueInfo, QueueWorld};
 use crate::facts;
@@ -40,8 +41,10 @@ fn worker_of(pod: &Pod) -> Option<(&str, &str)> {
 }
 
 /// Builds the world of one cycle: every queue; every unfinished job of a namespace a queue
-/// covers, and every job that still holds an admission (its queue may be gone); every node
-/// that advertises GPUs, with what pods other than admitted jobs' workers use there.
+/// covers (but not one running workers without an admission: it started before its
+/// namespace got a queue), and every job that still holds an admission (its queue may be
+/// gone); every node that advertises GPUs, with what pods other than admitted jobs' workers
+/// use there.
 pub fn world_of(
     queues: &[GryviaQueue],
     jobs: &[GryviaAIJob],
@@ -74,6 +77,11 @@ pub fn world_of(
             continue;
         }
         let workers = live.get(&(ns, name)).cloned().unwrap_or_default();
+        // A job whose workers ran before its namespace got a queue runs on outside it: its
+        // pods count as used room on their nodes, and it is not a candidate.
+        if !holds && !workers.is_empty() {
+            continue;
+        }
         if let Some(info) = JobInfo::of(job, class_value(job, priorities), workers) {
             if info.admission().is_some() {
                 admitted.insert((ns, name));
@@ -103,5 +111,68 @@ pub fn world_of(
         queues,
         jobs: infos,
         nodes,
+    }
+}
+
+/// What would become of a job submitted now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum WhatIf {
+    /// No GryviaQueue covers its namespace: kube-scheduler places it as it comes.
+    NoQueue {
+        /// The namespace.
+        namespace: String,
+    },
+    /// Its queue would admit it at once.
+    StartsNow {
+        /// The admission it would get.
+        admission: JobAdmission,
+    },
+    /// It would wait.
+    Waits {
+        /// Where it would stand: queue, position, why, expected start.
+        standing: QueueStanding,
+    },
+}
+
+/// What would become of `job` (not created) if it were submitted at `now` into `world` (built
+/// by [`world_of`]); a job of the same name in the world is taken as replaced. Pure: nothing
+/// is created.
+pub fn what_if(
+    world: &QueueWorld,
+    job: &GryviaAIJob,
+    priorities: &[GryviaPriority],
+    now: crate::Timestamp,
+) -> WhatIf {
+    let mut job = job.clone();
+    job.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    job.status = None;
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let covered = world
+        .queues
+        .iter()
+        .any(|q| q.namespaces.contains(&namespace));
+    let Some(info) = JobInfo::of(&job, class_value(&job, priorities), BTreeMap::new()) else {
+        return WhatIf::NoQueue { namespace };
+    };
+    if !covered {
+        return WhatIf::NoQueue { namespace };
+    }
+    let key = info.key.clone();
+    let mut world = world.clone();
+    world.jobs.retain(|j| j.key != key);
+    world.jobs.push(info);
+    let decided = super::cycle(&world, now);
+    if let Some(a) = decided.admitted.into_iter().find(|a| a.job == key) {
+        return WhatIf::StartsNow {
+            admission: a.admission,
+        };
+    }
+    match decided.pending.get(&key) {
+        Some(standing) => WhatIf::Waits {
+            standing: standing.clone(),
+        },
+        None => WhatIf::NoQueue { namespace },
     }
 }

@@ -1,0 +1,284 @@
+//! What a cycle writes: the queue fields of each job's status (`admission`, `preemption`,
+//! `queue`), the notice on a victim's pods, each queue's status, and the Events that go with
+//! them. Pure: the controller compares, writes what differs and records the Events.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gryvia_types::conditions::{self, Status};
+use gryvia_types::scheduling::{GryviaQueue, GryviaQueueStatus};
+use gryvia_types::{GryviaAIJob, JobAdmission, PreemptionNotice, QueueStanding};
+use serde::{Deserialize, Serialize};
+
+use super::{Cycle, JobKey, gpus_number};
+use crate::{EventType, Timestamp};
+
+/// Condition type of a queue: its configuration is usable.
+pub const QUEUE_READY: &str = conditions::READY;
+
+/// Expected starts closer than this count as the same (a job past its expected end keeps
+/// moving the start of those behind it to "now"; that is not worth a write each cycle).
+pub const ETA_TOLERANCE_SECONDS: i64 = 60;
+
+/// The status fields of a job that only the queue scheduler writes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueFields {
+    /// `status.admission`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<JobAdmission>,
+    /// `status.preemption`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionNotice>,
+    /// `status.queue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStanding>,
+}
+
+impl QueueFields {
+    /// The queue fields of `job` as it is.
+    pub fn of(job: &GryviaAIJob) -> Self {
+        job.status.as_ref().map_or_else(Self::default, |s| Self {
+            admission: s.admission.clone(),
+            preemption: s.preemption.clone(),
+            queue: s.queue.clone(),
+        })
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.admission.is_none() && self.preemption.is_none() && self.queue.is_none()
+    }
+
+    /// Whether `self` says what `other` says: the same admission and preemption, and the
+    /// same standing with expected starts at most [`ETA_TOLERANCE_SECONDS`] apart.
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.admission == other.admission
+            && self.preemption == other.preemption
+            && match (&self.queue, &other.queue) {
+                (None, None) => true,
+                (Some(a), Some(b)) => same_standing(a, b),
+                _ => false,
+            }
+    }
+}
+
+/// Whether two standings say the same (expected starts within [`ETA_TOLERANCE_SECONDS`]).
+pub fn same_standing(a: &QueueStanding, b: &QueueStanding) -> bool {
+    a.queue == b.queue
+        && a.position == b.position
+        && a.reason == b.reason
+        && match (&a.expected_start, &b.expected_start) {
+            (None, None) => true,
+            (Some(x), Some(y)) => {
+                (x.0.as_second() - y.0.as_second()).abs() <= ETA_TOLERANCE_SECONDS
+            }
+            _ => false,
+        }
+}
+
+/// An Event about a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEvent {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// `Preempted`, `Requeued`, `ConfigurationProblem`.
+    pub reason: String,
+    /// One line.
+    pub message: String,
+}
+
+/// One job's write.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobWrite {
+    /// The job.
+    pub job: JobKey,
+    /// Its queue fields from now on (absent ones are removed).
+    pub fields: QueueFields,
+    /// When it is preempted now: the notice to put on its live pods (annotation
+    /// [`gryvia_types::labels::PREEMPTION_NOTICE`]) before its status says so.
+    pub notice: Option<String>,
+    /// What to record.
+    pub event: Option<JobEvent>,
+}
+
+/// The text of the preemption notice annotation a victim's pods can read (through a
+/// downward API volume): `by=<job>; reason=<why>; noticeAt=<time>; graceSeconds=<n>`.
+pub fn notice_annotation(n: &PreemptionNotice) -> String {
+    format!(
+        "by={}; reason={}; noticeAt={}; graceSeconds={}",
+        n.by, n.reason, n.notice_at.0, n.grace_seconds
+    )
+}
+
+/// What a job's queue fields become after `cycle`, and the Event that goes with the change
+/// (`None`: they stay as they are). `current` are its fields now.
+fn desired(
+    key: &JobKey,
+    current: &QueueFields,
+    cycle: &Cycle,
+    admitted: &BTreeMap<&JobKey, &JobAdmission>,
+    preempted: &BTreeMap<&JobKey, &PreemptionNotice>,
+    released: &BTreeSet<&JobKey>,
+) -> (QueueFields, Option<JobEvent>) {
+    let standing = cycle.pending.get(key).cloned();
+    if let Some(a) = admitted.get(key) {
+        // No Event: admissions come in bursts (one per job), the status says it, and the
+        // AI job controller records the job's start.
+        let fields = QueueFields {
+            admission: Some((*a).clone()),
+            preemption: None,
+            queue: None,
+        };
+        return (fields, None);
+    }
+    if released.contains(key) {
+        let fields = QueueFields {
+            admission: None,
+            preemption: None,
+            queue: standing,
+        };
+        let event = JobEvent {
+            type_: EventType::Normal,
+            reason: "Requeued".to_owned(),
+            message: "its workers stopped after the preemption; it waits in its queue again"
+                .to_owned(),
+        };
+        return (fields, Some(event));
+    }
+    if let Some(n) = preempted.get(key) {
+        let event = JobEvent {
+            type_: EventType::Warning,
+            reason: "Preempted".to_owned(),
+            message: format!(
+                "preempted ({}) for {}: its workers get SIGTERM and {} s to write a checkpoint, then it queues again",
+                n.reason, n.by, n.grace_seconds
+            ),
+        };
+        let fields = QueueFields {
+            admission: current.admission.clone(),
+            preemption: Some((*n).clone()),
+            queue: None,
+        };
+        return (fields, Some(event));
+    }
+    let fields = QueueFields {
+        admission: current.admission.clone(),
+        preemption: current.preemption.clone(),
+        queue: if current.admission.is_some() {
+            None
+        } else {
+            standing
+        },
+    };
+    (fields, None)
+}
+
+/// The writes `cycle` calls for on `jobs` (every GryviaAIJob, with what the controller knows
+/// it wrote last folded in): each job whose queue fields change, in key order. A standing
+/// whose only change is an expected start within [`ETA_TOLERANCE_SECONDS`] is not written.
+pub fn job_writes(jobs: &[GryviaAIJob], cycle: &Cycle) -> Vec<JobWrite> {
+    let admitted: BTreeMap<&JobKey, &JobAdmission> = cycle
+        .admitted
+        .iter()
+        .map(|a| (&a.job, &a.admission))
+        .collect();
+    let preempted: BTreeMap<&JobKey, &PreemptionNotice> = cycle
+        .preempted
+        .iter()
+        .map(|p| (&p.job, &p.notice))
+        .collect();
+    let released: BTreeSet<&JobKey> = cycle.released.iter().collect();
+    let mut out = Vec::new();
+    for job in jobs {
+        let key = JobKey::new(
+            job.metadata.namespace.clone().unwrap_or_default(),
+            job.metadata.name.clone().unwrap_or_default(),
+        );
+        let current = QueueFields::of(job);
+        let touched = !current.is_empty()
+            || admitted.contains_key(&key)
+            || preempted.contains_key(&key)
+            || released.contains(&key)
+            || cycle.pending.contains_key(&key);
+        if !touched {
+            continue;
+        }
+        let (fields, event) = desired(&key, &current, cycle, &admitted, &preempted, &released);
+        if fields.same_as(&current) {
+            continue;
+        }
+        let notice = preempted.get(&key).map(|n| notice_annotation(n));
+        out.push(JobWrite {
+            job: key,
+            fields,
+            notice,
+            event,
+        });
+    }
+    out.sort_by(|a, b| a.job.cmp(&b.job));
+    out
+}
+
+/// The status of `queue` after `cycle`, with its `Ready` condition (false while its
+/// configuration has a problem); `None` when its status would not change. The Event is
+/// for a problem that is new.
+pub fn queue_status(
+    queue: &GryviaQueue,
+    cycle: &Cycle,
+    now: Timestamp,
+) -> Option<(GryviaQueueStatus, Option<JobEvent>)> {
+    let name = queue.metadata.name.clone().unwrap_or_default();
+    let current = queue.status.clone().unwrap_or_default();
+    let summary = cycle.queues.get(&name).cloned().unwrap_or_default();
+    let mut status = GryviaQueueStatus {
+        pending_jobs: i32::try_from(summary.pending).unwrap_or(i32::MAX),
+        admitted_jobs: i32::try_from(summary.admitted).unwrap_or(i32::MAX),
+        conditions: current.conditions.clone(),
+        ..GryviaQueueStatus::default()
+    };
+    for (entry, (used, borrowed, lent)) in &summary.entries {
+        if *used > 0 {
+            status.gpus_in_use.insert(entry.clone(), gpus_number(*used));
+        }
+        if *borrowed > 0 {
+            status
+                .gpus_borrowed
+                .insert(entry.clone(), gpus_number(*borrowed));
+        }
+        if *lent > 0 {
+            status.gpus_lent.insert(entry.clone(), gpus_number(*lent));
+        }
+    }
+    let problems = cycle.problems.get(&name).cloned().unwrap_or_default();
+    let condition = if problems.is_empty() {
+        conditions::new(
+            QUEUE_READY,
+            Status::True,
+            "Admitting",
+            "the native queue scheduler admits this queue's jobs",
+            queue.metadata.generation,
+            now,
+        )
+    } else {
+        conditions::new(
+            QUEUE_READY,
+            Status::False,
+            "ConfigurationProblem",
+            problems.join("; "),
+            queue.metadata.generation,
+            now,
+        )
+    };
+    let event = (!problems.is_empty()
+        && conditions::find(&current.conditions, QUEUE_READY)
+            .is_none_or(|c| c.message != condition.message))
+    .then(|| JobEvent {
+        type_: EventType::Warning,
+        reason: "ConfigurationProblem".to_owned(),
+        message: condition.message.clone(),
+    });
+    conditions::set(&mut status.conditions, condition);
+    (status != current).then_some((status, event))
+}
