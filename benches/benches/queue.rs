@@ -77,6 +77,8 @@ fn job(i: usize, queues: usize, offset: usize) -> JobInfo {
         grace_seconds: 30,
         state: JobState::Pending,
         live: BTreeMap::new(),
+        node_selector: BTreeMap::new(),
+        tolerations: Vec::new(),
     }
 }
 

@@ -1035,6 +1035,27 @@ fn wait_for_queue(
         now,
     );
     status.conditions.retain(|c| c.type_ != PREEMPTED);
+    // What a run before a preemption left says nothing about now.
+    if conditions::is_true(&status.conditions, RUNNING) {
+        set(
+            status,
+            RUNNING,
+            Status::False,
+            "Queued",
+            "its workers stopped; it waits for its queue",
+            job.metadata.generation,
+            now,
+        );
+    }
+    set(
+        status,
+        conditions::READY,
+        Status::True,
+        conditions::REASON_RECONCILED,
+        "no batch Job until its queue admits it",
+        job.metadata.generation,
+        now,
+    );
     status.phase = Some(JobPhase::Pending);
     status.active = 0;
     // No batch Job while it waits (one left by a preemption is deleted above): its absence

@@ -992,7 +992,7 @@ fn a_requeued_job_waits_without_a_batch_job_and_its_next_admission_makes_a_new_o
     again.status = Some(GryviaAIJobStatus {
         job_name: Some("train".to_owned()),
         admission: Some(gryvia_types::JobAdmission {
-            admitted_at: gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            admitted_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-12-03T13:00:00Z".parse().unwrap(),
             ),
             ..admission("nvidia.com/gpu", 4, &["n2"])

@@ -71,6 +71,8 @@ fn job(ns: &str, name: &str, workers: u32, gpus: u32, age: i64) -> JobInfo {
         grace_seconds: 30,
         state: JobState::Pending,
         live: BTreeMap::new(),
+        node_selector: BTreeMap::new(),
+        tolerations: Vec::new(),
     }
 }
 
@@ -833,7 +835,7 @@ fn a_cycle_writes_only_what_changed_with_the_notice_first_and_events_for_preempt
     apply(&mut w, &c);
     let low = ai_job("ml", "low", serde_json::json!({"admission": a}));
     assert!(
-        job_writes(&[low.clone()], &cycle(&w, now())).is_empty(),
+        job_writes(std::slice::from_ref(&low), &cycle(&w, now())).is_empty(),
         "nothing changed"
     );
 
@@ -915,7 +917,7 @@ fn an_expected_start_that_moves_less_than_a_minute_is_not_rewritten() {
     let with = |secs: i64| {
         let mut s = standing.clone();
         s.expected_start = s.expected_start.map(|t| {
-            gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 t.0.checked_add(jiff::SignedDuration::from_secs(secs))
                     .unwrap(),
             )
@@ -1010,4 +1012,68 @@ fn what_if_answers_for_a_job_not_created() {
             namespace: "dev".into()
         }
     );
+}
+
+#[test]
+fn workers_go_only_where_their_node_selector_and_tolerations_let_them() {
+    use gryvia_reconcile::queue::{JobToleration, NodeTaint};
+    let mut zone_b = node("n2", 8);
+    zone_b.labels = BTreeMap::from([("zone".to_owned(), "b".to_owned())]);
+    let mut tainted = node("n3", 8);
+    tainted.taints = vec![NodeTaint {
+        key: "team".into(),
+        value: Some("infra".into()),
+        effect: "NoSchedule".into(),
+    }];
+    let w = world(
+        vec![queue("ml", 24)],
+        vec![node("n1", 8), zone_b, tainted],
+        vec![],
+    );
+    let mut in_b = job("ml", "in-b", 1, 8, 3);
+    in_b.node_selector = BTreeMap::from([("zone".to_owned(), "b".to_owned())]);
+    let mut w1 = w.clone();
+    w1.jobs.push(in_b.clone());
+    let c = cycle(&w1, now());
+    assert_eq!(c.admitted[0].admission.nodes, ["n2"]);
+    // Two such jobs: the second does not fit, and says why.
+    let mut second = in_b.clone();
+    second.key = JobKey::new("ml", "in-b-2");
+    w1.jobs.push(second);
+    let c = cycle(&w1, now());
+    assert_eq!(admitted(&c), ["in-b"]);
+    assert_eq!(
+        reason(&c, "ml", "in-b-2"),
+        "needs 1 worker x 8 GPUs of NVIDIA-H100-80GB-HBM3; room for 0 workers on 3 nodes of NVIDIA-H100-80GB-HBM3: 2 ruled out by its nodeSelector or tolerations"
+    );
+    // A 3-worker gang without the toleration fits on n1 and n2 only: it waits.
+    let mut gang = job("ml", "gang", 3, 8, 2);
+    let mut w2 = w.clone();
+    w2.jobs.push(gang.clone());
+    assert!(cycle(&w2, now()).admitted.is_empty());
+    gang.tolerations = vec![JobToleration {
+        key: "team".into(),
+        operator: "Equal".into(),
+        value: "infra".into(),
+        effect: "NoSchedule".into(),
+    }];
+    w2.jobs = vec![gang];
+    let c = cycle(&w2, now());
+    assert_eq!(c.admitted[0].admission.nodes, ["n1", "n2", "n3"]);
+    // An `Exists` toleration without a key tolerates every taint; a wrong value none.
+    let any = JobToleration {
+        operator: "Exists".into(),
+        ..JobToleration::default()
+    };
+    let wrong = JobToleration {
+        key: "team".into(),
+        value: "ml".into(),
+        ..JobToleration::default()
+    };
+    let t = NodeTaint {
+        key: "team".into(),
+        value: Some("infra".into()),
+        effect: "NoExecute".into(),
+    };
+    assert!(any.tolerates(&t) && !wrong.tolerates(&t));
 }

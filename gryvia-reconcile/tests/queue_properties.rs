@@ -93,6 +93,8 @@ fn job(queues: usize) -> impl Strategy<Value = JobInfo> {
                 grace_seconds: 30,
                 state: JobState::Pending,
                 live: BTreeMap::new(),
+                node_selector: BTreeMap::new(),
+                tolerations: Vec::new(),
             },
         )
 }

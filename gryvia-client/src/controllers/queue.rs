@@ -478,9 +478,13 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_is_capped() {
-        let e = Error::Invalid("x".to_owned());
-        assert_eq!(backoff(1, &e), Duration::from_millis(500));
-        assert_eq!(backoff(2, &e), Duration::from_secs(1));
+        // A timeout asks for 5 s at least.
+        let e = Error::Timeout {
+            what: "apply status".to_owned(),
+            after: Duration::from_secs(20),
+        };
+        assert_eq!(backoff(1, &e), Duration::from_secs(5));
+        assert_eq!(backoff(5, &e), Duration::from_secs(8));
         assert_eq!(backoff(30, &e), Duration::from_secs(32));
     }
 }

@@ -363,7 +363,10 @@ impl State {
                 (fit, nodes_with_room),
             ));
         }
-        let usable = |i: usize| self.nodes[i].usable_by(reservation);
+        let usable = |i: usize| {
+            self.nodes[i].usable_by(reservation)
+                && self.nodes[i].admits(&job.node_selector, &job.tolerations)
+        };
         // The kinds of slot one worker takes on these nodes (whole GPUs, a MIG slice,
         // time-slicing replicas); a job's workers all take the same kind.
         let mut kinds: Vec<(Slot, u32)> = Vec::new();
@@ -427,6 +430,18 @@ impl State {
             reserved = reserved.saturating_sub(u32::try_from(own).unwrap_or(0));
         }
         unavailable.retain(|_, n| *n > 0);
+        // Nodes that count, but not for this job: its nodeSelector or tolerations.
+        let excluded = product
+            .and_then(|p| self.by_product.get(p))
+            .map_or(0, |ns| {
+                ns.iter()
+                    .filter(|&&i| {
+                        let n = &self.nodes[i];
+                        n.usable_by(job.reservation.as_deref())
+                            && !n.admits(&job.node_selector, &job.tolerations)
+                    })
+                    .count()
+            });
         Shortfall::Placement {
             workers: job.workers,
             share: job.share,
@@ -436,6 +451,7 @@ impl State {
             nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
             unavailable,
             reserved,
+            excluded: u32::try_from(excluded).unwrap_or(u32::MAX),
         }
     }
 
@@ -624,6 +640,10 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
     out
 }
 
+/// How many waiting jobs ahead of a job are checked for preempting it at once
+/// ([`Pass::preempted_at_once`]).
+const PREEMPTION_LOOKBACK: usize = 4;
+
 /// What became of a job in a pass.
 enum Step {
     /// It needs to borrow: left for the borrowing pass.
@@ -675,6 +695,124 @@ impl Pass<'_> {
         )
     }
 
+    /// In a queue that preempts by priority, a job ahead of `jobs[ji]` left waiting in this
+    /// cycle that could make room for itself by preempting `jobs[ji]` once admitted (with the
+    /// queue's other lower-priority jobs): admitting it now would only have it preempted
+    /// next cycle. The first [`PREEMPTION_LOOKBACK`] such jobs are checked.
+    fn preempted_at_once(
+        &self,
+        state: &mut State,
+        qi: usize,
+        ji: usize,
+        fit: &Fit,
+    ) -> Option<usize> {
+        let (jobs, queue) = (self.jobs, &self.queues[qi]);
+        if !queue.preempt_lower_priority || !self.blocked.contains_key(&qi) {
+            return None;
+        }
+        let job = &jobs[ji];
+        let ahead: Vec<usize> = self
+            .pending
+            .get(&qi)?
+            .iter()
+            .copied()
+            .take_while(|&h| h != ji)
+            .filter(|h| !self.admitted.contains(h) && job.ranks_below(&jobs[*h]))
+            .take(PREEMPTION_LOOKBACK)
+            .collect();
+        if ahead.is_empty() {
+            return None;
+        }
+        let a = state.admit(&queue.name, job, fit, self.now);
+        let mut found = None;
+        for h in ahead {
+            let head = &jobs[h];
+            let mut candidates = victim_candidates(
+                state,
+                &self.victims_now,
+                &self.running,
+                jobs,
+                queue,
+                head,
+                Some(&self.admitted),
+            );
+            candidates.push((ji, &a, false));
+            let chosen = choose_victims(state, &candidates, jobs, queue, head);
+            let hit = chosen.as_ref().is_some_and(|c| c.iter().any(|v| v.0 == ji));
+            for (vi, va, _) in chosen.into_iter().flatten() {
+                state.hold(&jobs[vi], va);
+            }
+            if hit {
+                found = Some(h);
+                break;
+            }
+        }
+        state.unhold(job, &a);
+        found
+    }
+
+    /// Admits `jobs[ji]` of `queues[qi]` with `fit` unless it would borrow what a lender
+    /// needs, delay a blocked head, or be preempted at once by a job ahead of it.
+    fn try_admit(
+        &mut self,
+        state: &mut State,
+        out: &mut Cycle,
+        ji: usize,
+        qi: usize,
+        fit: &Fit,
+    ) -> Option<Step> {
+        let (jobs, queues, now) = (self.jobs, self.queues, self.now);
+        let job = &jobs[ji];
+        let queue = &queues[qi];
+        if fit.borrowed > 0
+            && let Some(lender) = self.lender_needing(state, qi, &fit.entry, job.demand())
+        {
+            self.reasons.insert(
+                ji,
+                Shortfall::LenderNeeds {
+                    queue: queues[lender].name.clone(),
+                },
+            );
+            self.blocked.entry(qi).or_insert(ji);
+            return None;
+        }
+        if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, fit, now) {
+            self.reasons.insert(
+                ji,
+                Shortfall::WouldDelay {
+                    head: jobs[h].key.clone(),
+                },
+            );
+            self.blocked.entry(qi).or_insert(ji);
+            return None;
+        }
+        if let Some(h) = self.preempted_at_once(state, qi, ji, fit) {
+            self.reasons.insert(
+                ji,
+                Shortfall::WouldDelay {
+                    head: jobs[h].key.clone(),
+                },
+            );
+            return None;
+        }
+        let a = state.admit(&queue.name, job, fit, now);
+        let end = job
+            .expected_seconds
+            .and_then(|s| now.checked_add(jiff::SignedDuration::from_secs(s)).ok());
+        for h in &mut self.heads {
+            if end.is_none_or(|e| e > h.eta) {
+                h.then.hold(job, &a);
+            }
+        }
+        self.running.push((ji, a.clone()));
+        self.admitted.insert(ji);
+        out.admitted.push(Admit {
+            job: job.key.clone(),
+            admission: a,
+        });
+        None
+    }
+
     /// Admits `jobs[ji]` of `queues[qi]` if it fits (without borrowing unless `borrow`) and
     /// delays no blocked head; else preempts for it where its queue allows, or records why
     /// it waits.
@@ -702,46 +840,19 @@ impl Pass<'_> {
         }
         match state.fit_with(queue, job, borrow) {
             Ok(None) => Some(Step::Deferred),
-            Ok(Some(fit)) => {
-                if fit.borrowed > 0
-                    && let Some(lender) = self.lender_needing(state, qi, &fit.entry, job.demand())
-                {
-                    self.reasons.insert(
-                        ji,
-                        Shortfall::LenderNeeds {
-                            queue: queues[lender].name.clone(),
-                        },
-                    );
-                    self.blocked.entry(qi).or_insert(ji);
-                    return None;
-                }
-                if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, &fit, now)
-                {
-                    self.reasons.insert(
-                        ji,
-                        Shortfall::WouldDelay {
-                            head: jobs[h].key.clone(),
-                        },
-                    );
-                    self.blocked.entry(qi).or_insert(ji);
-                    return None;
-                }
-                let a = state.admit(&queue.name, job, &fit, now);
-                let end = job
-                    .expected_seconds
-                    .and_then(|s| now.checked_add(jiff::SignedDuration::from_secs(s)).ok());
-                for h in &mut self.heads {
-                    if end.is_none_or(|e| e > h.eta) {
-                        h.then.hold(job, &a);
-                    }
-                }
-                self.running.push((ji, a.clone()));
-                self.admitted.insert(ji);
-                out.admitted.push(Admit {
-                    job: job.key.clone(),
-                    admission: a,
-                });
-                None
+            Ok(Some(fit)) => self.try_admit(state, out, ji, qi, &fit),
+            // Beyond its nominal, a job could only borrow: like one that fits only by
+            // borrowing, it waits for the second pass, so whatever it might preempt is weighed
+            // against every blocked head the first pass found (a preemption made before a
+            // later head is known could be undone by the next cycle).
+            Err(_)
+                if !borrow
+                    && !state.options(queue, job).is_ok_and(|o| {
+                        o.into_iter()
+                            .any(|(e, _)| state.ledger.within_nominal(&queue.name, e, job.demand()))
+                    }) =>
+            {
+                Some(Step::Deferred)
             }
             Err(short) => {
                 let short = preempt_for(
@@ -1015,7 +1126,8 @@ fn waiting_for_preempted(
 /// Who `job` of `queue` may preempt: lower-priority jobs of its queue (with
 /// `withinQueue: LowerPriority`), and jobs of cohort queues that borrow an entry the job could
 /// have within its own nominal (with `reclaimWithinCohort`). Lowest priority first, then
-/// newest. Jobs admitted in this cycle are not preempted in it.
+/// newest. Jobs admitted in this cycle are not preempted in it (those in `next_cycle` are
+/// counted as the next cycle will see them).
 fn victim_candidates<'a>(
     state: &State,
     victims_now: &BTreeSet<usize>,
@@ -1023,6 +1135,7 @@ fn victim_candidates<'a>(
     jobs: &[JobInfo],
     queue: &QueueInfo,
     job: &JobInfo,
+    next_cycle: Option<&BTreeSet<usize>>,
 ) -> Vec<(usize, &'a JobAdmission, bool)> {
     let cohort = state.ledger.cohort(&queue.name).map(str::to_owned);
     let reclaim_entries: BTreeSet<String> = if queue.reclaim_within_cohort && cohort.is_some() {
@@ -1038,7 +1151,9 @@ fn victim_candidates<'a>(
         .iter()
         // Jobs admitted in this cycle are not preempted in it.
         .filter(|(i, _)| {
-            !victims_now.contains(i) && matches!(jobs[*i].state, JobState::Admitted(_))
+            !victims_now.contains(i)
+                && (matches!(jobs[*i].state, JobState::Admitted(_))
+                    || next_cycle.is_some_and(|n| n.contains(i)))
         })
         .filter_map(|(i, a)| {
             let v = &jobs[*i];
@@ -1099,7 +1214,7 @@ fn preempt_for(
     if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
         return None;
     }
-    let candidates = victim_candidates(state, victims_now, running, jobs, queue, job);
+    let candidates = victim_candidates(state, victims_now, running, jobs, queue, job, None);
     if candidates.is_empty() {
         return None;
     }

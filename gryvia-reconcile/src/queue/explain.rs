@@ -50,6 +50,8 @@ pub enum Shortfall {
         unavailable: BTreeMap<Unavailable, u32>,
         /// Nodes of the product held by a reservation of someone else.
         reserved: u32,
+        /// Nodes of the product its `nodeSelector` or tolerations rule out.
+        excluded: u32,
     },
     /// The head of a StrictFIFO queue is blocked, and this job is behind it.
     Behind {
@@ -87,6 +89,52 @@ fn plural(n: u32, one: &str, many: &str) -> String {
     }
 }
 
+impl Shortfall {
+    /// The text of [`Shortfall::Placement`].
+    fn fmt_placement(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self::Placement {
+            workers,
+            share,
+            product,
+            fit,
+            nodes_with_room,
+            nodes,
+            unavailable,
+            reserved,
+            excluded,
+        } = self
+        else {
+            return Ok(());
+        };
+        let product = product.as_deref().unwrap_or("any product");
+        let _ = nodes_with_room;
+        write!(
+            f,
+            "needs {} x {} of {product}; room for {} on {} of {product}",
+            plural(*workers, "worker", "workers"),
+            share.describe(),
+            plural(*fit, "worker", "workers"),
+            plural(*nodes, "node", "nodes"),
+        )?;
+        let mut sep = ": ";
+        for (why, n) in unavailable {
+            write!(f, "{sep}{n} {why}")?;
+            sep = ", ";
+        }
+        if *reserved > 0 {
+            write!(f, "{sep}{reserved} reserved")?;
+            sep = ", ";
+        }
+        if *excluded > 0 {
+            write!(
+                f,
+                "{sep}{excluded} ruled out by its nodeSelector or tolerations"
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -119,36 +167,7 @@ impl fmt::Display for Shortfall {
                 }
                 Ok(())
             }
-            Self::Placement {
-                workers,
-                share,
-                product,
-                fit,
-                nodes_with_room,
-                nodes,
-                unavailable,
-                reserved,
-            } => {
-                let product = product.as_deref().unwrap_or("any product");
-                let _ = nodes_with_room;
-                write!(
-                    f,
-                    "needs {} x {} of {product}; room for {} on {} of {product}",
-                    plural(*workers, "worker", "workers"),
-                    share.describe(),
-                    plural(*fit, "worker", "workers"),
-                    plural(*nodes, "node", "nodes"),
-                )?;
-                let mut sep = ": ";
-                for (why, n) in unavailable {
-                    write!(f, "{sep}{n} {why}")?;
-                    sep = ", ";
-                }
-                if *reserved > 0 {
-                    write!(f, "{sep}{reserved} reserved")?;
-                }
-                Ok(())
-            }
+            Self::Placement { .. } => self.fmt_placement(f),
             Self::Behind { head } => {
                 write!(f, "behind {head}, which does not fit yet (StrictFIFO)")
             }

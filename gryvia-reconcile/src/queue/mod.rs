@@ -43,7 +43,9 @@ use serde::{Deserialize, Serialize};
 
 pub use cycle::{Admit, Cycle, Preempt, QueueSummary, cycle, expected_start};
 pub use explain::Shortfall;
-pub use nodes::{NodeCapacity, Slot, Unavailable, Used, pod_gpu_resources};
+pub use nodes::{
+    JobToleration, NodeCapacity, NodeTaint, Slot, Unavailable, Used, pod_gpu_resources,
+};
 pub use observe::{WhatIf, class_value, what_if, world_of};
 pub use write::{
     ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, QUEUE_READY, QueueFields, job_writes,
@@ -309,6 +311,12 @@ pub struct JobInfo {
     pub state: JobState,
     /// Workers alive (not finished) per node: the pods of its current run.
     pub live: BTreeMap<String, u32>,
+    /// `spec.nodeSelector`: labels its nodes must have.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// `spec.tolerations`: taints its nodes may have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<JobToleration>,
 }
 
 impl JobInfo {
@@ -357,6 +365,8 @@ impl JobInfo {
             grace_seconds: job.spec.preemption_grace_period_seconds,
             state,
             live,
+            node_selector: job.spec.node_selector.clone(),
+            tolerations: job.spec.tolerations.iter().map(JobToleration::of).collect(),
         })
     }
 

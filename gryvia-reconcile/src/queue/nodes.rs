@@ -139,7 +139,77 @@ pub struct NodeCapacity {
     /// GPU resources held by live pods that are not workers of a job the queue admitted
     /// (those are counted from their admissions).
     pub used: Used,
+    /// Its labels, for jobs with a `nodeSelector`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Its `NoSchedule` and `NoExecute` taints other than those the queue reads itself (GPU
+    /// health, reservations, cordon) and the GPU taint every GPU worker tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<NodeTaint>,
 }
+
+/// A taint that keeps workers off a node unless they tolerate it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTaint {
+    /// Key.
+    pub key: String,
+    /// Value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// A job's toleration, as Kubernetes matches it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobToleration {
+    /// Key (empty with `Exists`: every taint).
+    #[serde(default)]
+    pub key: String,
+    /// `Exists` or `Equal` (the default).
+    #[serde(default)]
+    pub operator: String,
+    /// Value for `Equal`.
+    #[serde(default)]
+    pub value: String,
+    /// Effect (empty: every effect).
+    #[serde(default)]
+    pub effect: String,
+}
+
+impl JobToleration {
+    /// Reads a pod toleration.
+    pub fn of(t: &k8s_openapi::api::core::v1::Toleration) -> Self {
+        Self {
+            key: t.key.clone().unwrap_or_default(),
+            operator: t.operator.clone().unwrap_or_default(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Whether it tolerates `taint`.
+    pub fn tolerates(&self, taint: &NodeTaint) -> bool {
+        let exists = self.operator == "Exists";
+        (self.effect.is_empty() || self.effect == taint.effect)
+            && if self.key.is_empty() {
+                exists
+            } else {
+                self.key == taint.key
+                    && (exists || self.value == taint.value.as_deref().unwrap_or_default())
+            }
+    }
+}
+
+/// Taints the queue reads itself, or that every GPU worker tolerates.
+const HANDLED_TAINTS: [&str; 4] = [
+    labels::GPU_UNHEALTHY_TAINT,
+    labels::RESERVED_TAINT,
+    "node.kubernetes.io/unschedulable",
+    labels::NVIDIA_GPU_RESOURCE,
+];
 
 /// GPU resources a pod requests (limits where requests are absent, as for extended
 /// resources).
@@ -212,7 +282,38 @@ impl NodeCapacity {
             unavailable,
             reserved_by: facts::reservation_taint(node),
             used,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                .filter(|t| !HANDLED_TAINTS.contains(&t.key.as_str()))
+                .map(|t| NodeTaint {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                })
+                .collect(),
         }
+    }
+
+    /// Whether workers with `node_selector` and `tolerations` may run here: every selected
+    /// label matches, every taint is tolerated.
+    pub fn admits(
+        &self,
+        node_selector: &BTreeMap<String, String>,
+        tolerations: &[JobToleration],
+    ) -> bool {
+        node_selector
+            .iter()
+            .all(|(k, v)| self.labels.get(k) == Some(v))
+            && self
+                .taints
+                .iter()
+                .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
     }
 
     /// The resource and count one worker of `share` requests on this node: whole GPUs as
