@@ -262,7 +262,19 @@ async fn the_collector_joins_traffic_to_pods_and_writes_the_node_objects() {
     })
     .await
     .unwrap();
-    assert_eq!(tx_bytes, payload + 52 * tx_packets + 16 * conns);
+    // Exact unless TCP retransmitted (a starved receiver under CI load): a retransmitted
+    // segment is sent, and counted, twice.
+    let exact = payload + 52 * tx_packets + 16 * conns;
+    let retransmits =
+        sample(&scrape(&addr).await, "gryvia_tcp_retransmits_total", &[]).unwrap_or(0);
+    if retransmits == 0 {
+        assert_eq!(tx_bytes, exact);
+    } else {
+        assert!(
+            tx_bytes >= exact,
+            "{tx_bytes} bytes with {retransmits} retransmits on the node, at least {exact}"
+        );
+    }
 
     let signal = wait_for(
         "the node's GryviaFabricSignal status",

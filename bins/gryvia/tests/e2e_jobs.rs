@@ -8,6 +8,11 @@ use gryvia_types::GryviaTemplate;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
+/// The tests of this file run one at a time: each starts the ai-operator's controllers in
+/// this process, and two sets (one with the native queue scheduler, one without) would both
+/// act on every job.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn gryvia(args: &[&str]) -> (bool, String, String) {
     gryvia_testsupport::run_binary(env!("CARGO_BIN_EXE_gryvia"), args).await
 }
@@ -48,6 +53,7 @@ impl Drop for Controllers {
     reason = "one end-to-end scenario, read top to bottom"
 )]
 async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
+    let _serial = SERIAL.lock().await;
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
@@ -249,6 +255,7 @@ async fn submit_wait_status_queue_and_capacity_from_the_command_line() {
     reason = "one end-to-end scenario, read top to bottom"
 )]
 async fn quota_with_budget_shows_the_budgets_spend_and_state() {
+    let _serial = SERIAL.lock().await;
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
@@ -360,6 +367,7 @@ async fn quota_with_budget_shows_the_budgets_spend_and_state() {
     reason = "one end-to-end scenario, read top to bottom"
 )]
 async fn queue_shows_position_reason_and_eta_and_what_if_answers_without_creating() {
+    let _serial = SERIAL.lock().await;
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
