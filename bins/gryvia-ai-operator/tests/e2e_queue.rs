@@ -278,6 +278,10 @@ fn live(pods: &[Pod]) -> Vec<&Pod> {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn a_queue_admits_up_to_its_quota_and_the_rest_wait_with_position_reason_and_eta() {
     let Some(s) = Setup::new("q-quota", 1).await else {
         return;
@@ -324,15 +328,14 @@ async fn a_queue_admits_up_to_its_quota_and_the_rest_wait_with_position_reason_a
         "a waiting job holds no batch Job"
     );
     assert!(s.pods("c").await.is_empty(), "nor pods");
-    let cond = c
-        .status
-        .as_ref()
-        .and_then(|st| gryvia_types::conditions::find(&st.conditions, "Scheduled").cloned())
-        .unwrap();
-    assert_eq!(
-        (cond.status.as_str(), cond.reason.as_str()),
-        ("False", "Queued")
-    );
+    // The AI job controller's side (it may write after the queue's standing).
+    s.wait_job("c", "Scheduled=False/Queued", |j| {
+        j.status.as_ref().is_some_and(|st| {
+            gryvia_types::conditions::find(&st.conditions, "Scheduled")
+                .is_some_and(|c| c.status == "False" && c.reason == "Queued")
+        })
+    })
+    .await;
     s.wait_queue(&q, "2 admitted, 2 pending, 8 GPUs in use", |q| {
         q.status.as_ref().is_some_and(|st| {
             st.admitted_jobs == 2
@@ -367,6 +370,62 @@ async fn a_queue_admits_up_to_its_quota_and_the_rest_wait_with_position_reason_a
             .is_some_and(|q| q.position == 1)
     });
     assert!(!admitted(&d.await));
+
+    // The queue is Ready; a second queue listing the same namespace is not, says why, and
+    // records a Warning Event (the first by name keeps the namespace).
+    let ready = |q: &GryviaQueue, want: &str| {
+        q.status.as_ref().is_some_and(|st| {
+            gryvia_types::conditions::find(&st.conditions, "Ready")
+                .is_some_and(|c| c.status == want)
+        })
+    };
+    s.wait_queue(&q, "Ready", |x| ready(x, "True")).await;
+    let dup = s
+        .queue(
+            "zz-dup",
+            json!({"resources": [{"gpuType": s.product, "nominal": 1}]}),
+        )
+        .await;
+    s.wait_queue(&dup, "Ready=False", |x| ready(x, "False"))
+        .await;
+    let dup_q = Api::<GryviaQueue>::all(s.client.clone())
+        .get(&dup)
+        .await
+        .unwrap();
+    let cond = dup_q.status.unwrap().conditions[0].clone();
+    assert_eq!(cond.reason, "ConfigurationProblem");
+    assert_eq!(
+        cond.message,
+        format!(
+            "namespace {} is also listed by queue {q}, which holds its jobs",
+            s.ns.name
+        )
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(s.client.clone());
+    wait_for(
+        "the ConfigurationProblem Event",
+        Duration::from_secs(30),
+        || {
+            let events = events.clone();
+            let dup = dup.clone();
+            async move {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={dup}")))
+                    .await
+                    .ok()?;
+                list.items
+                    .iter()
+                    .any(|e| e.reason.as_deref() == Some("ConfigurationProblem"))
+                    .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        !admitted(&s.jobs().get("d").await.unwrap()),
+        "its jobs stay with the first queue"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
+use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
@@ -25,6 +26,7 @@ use crate::runtime::{Observe, run, spec_or_lifecycle};
 
 /// Observes an AI job: its batch Job, its pods, their nodes and its PriorityClass.
 pub struct AIJobObserver {
+    client: kube::Client,
     jobs: Store<Job>,
     pods: Store<Pod>,
     nodes: Store<Node>,
@@ -39,6 +41,7 @@ impl AIJobObserver {
     /// GryviaQueue covers wait for the queue.
     pub fn new(shared: &Shared, native_queue: bool) -> Self {
         AIJobObserver {
+            client: shared.client.clone(),
             jobs: shared.caches.store_labelled(&managed_selector()),
             pods: shared.caches.store_labelled(labels::JOB_NAME),
             nodes: shared.caches.store(),
@@ -88,7 +91,21 @@ impl Observe for AIJobObserver {
         let name = job.name_any();
         let ns = job.namespace().unwrap_or_default();
         let uid = job.uid().unwrap_or_default();
-        let batch = cached(&self.jobs, Some(&ns), &name).map(|j| ObservedJob::of(&j, &uid));
+        let mut batch = cached(&self.jobs, Some(&ns), &name);
+        if batch.is_none() && job.status.as_ref().is_some_and(|s| s.job_name.is_some()) {
+            // Missing from the cache although the job made it: the Job watch may lag the pod
+            // watch that triggered this reconcile. Ask the API server before the policy takes
+            // the Job for deleted (which fails the job).
+            batch = Api::<Job>::namespaced(self.client.clone(), &ns)
+                .get_opt(&name)
+                .await
+                .map_err(|source| crate::Error::Api {
+                    operation: format!("read Job {ns}/{name}"),
+                    source,
+                })?
+                .map(Arc::new);
+        }
+        let batch = batch.map(|j| ObservedJob::of(&j, &uid));
         let pods: Vec<ObservedPod> = pods_of_job(&self.pods, &ns, &name)
             .iter()
             .map(|p| ObservedPod::of(p))
