@@ -61,21 +61,31 @@ pub async fn pods_of(client: &kube::Client, namespace: &str, name: &str) -> Resu
     Ok(pods)
 }
 
+/// Every object of kind `K` (all namespaces) that `params` select; `what` names them in the
+/// error.
+async fn list_all<K>(client: &kube::Client, params: &ListParams, what: &str) -> Result<Vec<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(Api::<K>::all(client.clone())
+        .list(params)
+        .await
+        .map_err(api_err(format!("list {what}")))?
+        .items)
+}
+
+/// Pods that have not finished (they hold what they request).
+fn running_pods() -> ListParams {
+    ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed")
+}
+
 /// Free GPUs per node (see `gryvia_reconcile::aijob::capacity`).
 ///
 /// # Errors
 /// [`crate::Error::Api`] when listing nodes or pods fails.
 pub async fn capacity(client: &kube::Client) -> Result<Vec<gryvia_reconcile::aijob::NodeCapacity>> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list nodes"))?
-        .items;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
-        .await
-        .map_err(api_err("list running pods"))?
-        .items;
+    let nodes: Vec<Node> = list_all(client, &ListParams::default(), "nodes").await?;
+    let pods: Vec<Pod> = list_all(client, &running_pods(), "running pods").await?;
     Ok(gryvia_reconcile::aijob::capacity(&nodes, &pods))
 }
 
@@ -89,31 +99,12 @@ pub async fn what_if(
     job: &GryviaAIJob,
 ) -> Result<gryvia_reconcile::queue::WhatIf> {
     use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
-    let queues = Api::<GryviaQueue>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list GryviaQueues"))?
-        .items;
-    let jobs = Api::<GryviaAIJob>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list GryviaAIJobs"))?
-        .items;
-    let priorities = Api::<GryviaPriority>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list GryviaPriorities"))?
-        .items;
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(api_err("list nodes"))?
-        .items;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
-        .await
-        .map_err(api_err("list running pods"))?
-        .items;
+    let all = ListParams::default();
+    let queues: Vec<GryviaQueue> = list_all(client, &all, "GryviaQueues").await?;
+    let jobs: Vec<GryviaAIJob> = list_all(client, &all, "GryviaAIJobs").await?;
+    let priorities: Vec<GryviaPriority> = list_all(client, &all, "GryviaPriorities").await?;
+    let nodes: Vec<Node> = list_all(client, &all, "nodes").await?;
+    let pods: Vec<Pod> = list_all(client, &running_pods(), "running pods").await?;
     let world = gryvia_reconcile::queue::world_of(&queues, &jobs, &priorities, &nodes, &pods);
     let now = jiff::Timestamp::now();
     Ok(gryvia_reconcile::queue::what_if(
