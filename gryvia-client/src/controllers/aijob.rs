@@ -140,7 +140,7 @@ fn job_of_pod(pod: &Pod) -> Option<ObjectRef<GryviaAIJob>> {
 /// What wakes the AI job controller about the job itself: its spec and lifecycle, and the
 /// queue's decisions (`status.admission`, `status.preemption`); not its own status writes,
 /// nor the queue's standing (`status.queue`), which changes every cycle.
-fn spec_lifecycle_or_admission(job: &GryviaAIJob) -> Option<u64> {
+pub(crate) fn spec_lifecycle_or_admission(job: &GryviaAIJob) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     spec_or_lifecycle(job).hash(&mut h);

@@ -285,19 +285,16 @@ impl Scheduler {
 fn job_key(job: &GryviaAIJob) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    spec_or_lifecycle(job).hash(&mut h);
+    // Spec, lifecycle, admission and preemption: what wakes the AI job controller too.
+    super::aijob::spec_lifecycle_or_admission(job).hash(&mut h);
     let ann = job.metadata.annotations.as_ref();
     for key in [labels::PRIORITY_CLASS, labels::RESERVATION] {
         ann.and_then(|a| a.get(key)).hash(&mut h);
     }
-    if let Some(s) = &job.status {
-        s.phase
-            .is_some_and(gryvia_types::JobPhase::is_finished)
-            .hash(&mut h);
-        serde_json::to_string(&(&s.admission, &s.preemption))
-            .unwrap_or_default()
-            .hash(&mut h);
-    }
+    job.status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_some_and(gryvia_types::JobPhase::is_finished))
+        .hash(&mut h);
     Some(h.finish())
 }
 
