@@ -17,18 +17,26 @@ modver() { # modver <go.mod> <module path>
 K8S_VERSION="$(modver "$TESTENV_DIR/go/k8s/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$TESTENV_DIR/go/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KWOK_VERSION="$(modver "$TESTENV_DIR/go/kwok/go.mod" sigs.k8s.io/kwok)"
-[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" ]] || exit 1
+KUEUE_VERSION="$(modver "$TESTENV_DIR/go/kueue/go.mod" sigs.k8s.io/kueue)"
+[[ -n "$K8S_VERSION" && -n "$ETCD_VERSION" && -n "$KWOK_VERSION" && -n "$KUEUE_VERSION" ]] || exit 1
 
 # Cache key: the three versions plus a hash of every wrapper-module file and of BUILD_RECIPE, so
 # editing go.mod/go.sum/main.go/tools.go produces a fresh directory. Bump BUILD_RECIPE whenever
 # testenv/build changes how binaries are compiled (flags, ldflags, the set of binaries).
 BUILD_RECIPE=1
 testenv_hash() {
-  { echo "recipe=$BUILD_RECIPE"; cd "$TESTENV_DIR" && cat go/*/go.mod go/*/go.sum go/*/*.go; } | sha256sum | cut -c1-10
+  { echo "recipe=$BUILD_RECIPE"; cd "$TESTENV_DIR" && cat go/{etcd,k8s,kwok}/go.mod go/{etcd,k8s,kwok}/go.sum go/{etcd,k8s,kwok}/*.go; } | sha256sum | cut -c1-10
+}
+# Kueue (testenv/build --with-kueue, testenv/up --with-kueue) has its own cache directory: the
+# control plane's binaries stay valid when only Kueue changes, and a plain build never compiles it.
+KUEUE_RECIPE=1
+kueue_hash() {
+  { echo "recipe=$KUEUE_RECIPE"; cd "$TESTENV_DIR" && cat go/kueue/go.mod go/kueue/go.sum go/kueue/*.go; } | sha256sum | cut -c1-10
 }
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(testenv_hash)"
 CACHE_BASE="${GRYVIA_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gryvia/testenv}"
 BIN_DIR="$CACHE_BASE/$VERSION_KEY"
+KUEUE_BIN_DIR="$CACHE_BASE/kueue-${KUEUE_VERSION}_$(kueue_hash)"
 
 # Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
 TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -36,6 +44,13 @@ TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kub
 binaries_present() {
   local b
   for b in "${TESTENV_BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+}
+
+# Kueue's controller manager, the runner of its scheduler performance test, and the module's
+# CRDs and webhook manifests (copied next to the binaries, applied as they are).
+kueue_present() {
+  [[ -x "$KUEUE_BIN_DIR/kueue" && -x "$KUEUE_BIN_DIR/kueue-scheduler-perf-runner" \
+     && -f "$KUEUE_BIN_DIR/webhook-manifests.yaml" && -d "$KUEUE_BIN_DIR/crds" ]]
 }
 
 find_go() {
@@ -64,9 +79,13 @@ ETCD_PORT="${GRYVIA_TESTENV_ETCD_PORT:-16379}"         # peer port is ETCD_PORT+
 KCM_PORT="${GRYVIA_TESTENV_KCM_PORT:-16257}"
 SCHEDULER_PORT="${GRYVIA_TESTENV_SCHEDULER_PORT:-16259}"
 KWOK_PORT="${GRYVIA_TESTENV_KWOK_PORT:-16247}"
+KUEUE_WEBHOOK_PORT="${GRYVIA_TESTENV_KUEUE_WEBHOOK_PORT:-16943}"
+KUEUE_HEALTH_PORT="${GRYVIA_TESTENV_KUEUE_HEALTH_PORT:-16981}"  # metrics on KUEUE_HEALTH_PORT+1
 
-# Components in start order; testenv/down stops them in reverse order.
+# Components in start order; testenv/down stops them in reverse order. Kueue runs only when
+# testenv/up was given --with-kueue (it is then last: started after the CRDs, stopped first).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+OPTIONAL_COMPONENTS=(kueue)
 
 # pid_alive <component>: the pid in the pidfile exists and its command line mentions our state dir
 # (guards against a recycled pid belonging to somebody else).

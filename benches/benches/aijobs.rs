@@ -56,6 +56,7 @@ fn bench(c: &mut Criterion) {
         nodes,
         priority_class_exists: false,
         queued: false,
+        kueue: None,
     };
     c.bench_function("reconcile_aijob/64_workers", |b| {
         b.iter(|| AIJobReconciler.reconcile(black_box(&j), black_box(&world), now))

@@ -25,7 +25,7 @@ use kube::discovery::Scope;
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::Mutex;
 use tracing::{debug, info, warn};
 
@@ -186,31 +186,7 @@ impl Executor {
             self.apply_child(owner, child).await?;
         }
         for r in &plan.delete {
-            if self
-                .gone
-                .lock()
-                .await
-                .get(r)
-                .is_some_and(|t| t.elapsed() < GONE_TTL)
-            {
-                continue;
-            }
-            let api = self.dynamic_api(r).await?;
-            match timed(
-                format!("delete {r}"),
-                api.delete(&r.name, &DeleteParams::background()),
-            )
-            .await
-            {
-                Ok(_) => debug!(object = %r, "deleted"),
-                Err(e) if is_not_found(&e) => {
-                    self.gone
-                        .lock()
-                        .await
-                        .insert(r.clone(), std::time::Instant::now());
-                }
-                Err(e) => return Err(e),
-            }
+            self.delete(r).await?;
         }
         self.node_ops(&plan.node_ops).await?;
         let evicted = self.evict(&plan.evictions).await?;
@@ -252,6 +228,68 @@ impl Executor {
             crate::webhook::first_failure(&plan.notifications, &deliveries)?;
         }
         Ok(outcome)
+    }
+
+    /// Applies `children` as they are (owner references, if any, are in each object) and
+    /// deletes `deletes` (one already gone is skipped): for a controller that reconciles a
+    /// whole set of objects rather than the children of one. A dry-run executor logs only.
+    ///
+    /// # Errors
+    /// The first API error; what was done before it stays done.
+    pub async fn apply_set(&self, children: &[Child], deletes: &[ObjectRef]) -> Result<()> {
+        if self.dry_run {
+            if !children.is_empty() || !deletes.is_empty() {
+                info!(
+                    controller = %self.field_manager,
+                    apply = ?children.iter().map(|c| c.object_ref.to_string()).collect::<Vec<_>>(),
+                    delete = ?deletes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "dry run: would apply and delete"
+                );
+            }
+            return Ok(());
+        }
+        for child in children {
+            self.gone.lock().await.remove(&child.object_ref);
+            let api = self.dynamic_api(&child.object_ref).await?;
+            self.apply_object(child, &api, &child.object).await?;
+        }
+        for r in deletes {
+            self.delete(r).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `r` in the background; one already gone (or seen gone lately) is skipped.
+    async fn delete(&self, r: &ObjectRef) -> Result<()> {
+        if self
+            .gone
+            .lock()
+            .await
+            .get(r)
+            .is_some_and(|t| t.elapsed() < GONE_TTL)
+        {
+            return Ok(());
+        }
+        let api = self.dynamic_api(r).await?;
+        match timed(
+            format!("delete {r}"),
+            api.delete(&r.name, &DeleteParams::background()),
+        )
+        .await
+        {
+            Ok(_) => {
+                debug!(object = %r, "deleted");
+                Ok(())
+            }
+            Err(e) if is_not_found(&e) => {
+                self.gone
+                    .lock()
+                    .await
+                    .insert(r.clone(), std::time::Instant::now());
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Asks the Eviction API to evict each pod: PodDisruptionBudgets are honoured (a refusal
@@ -329,10 +367,20 @@ impl Executor {
         {
             object["metadata"]["ownerReferences"] = json!([owner_ref]);
         }
+        self.apply_object(child, &api, &object).await
+    }
+
+    /// Applies `object` (the object of `child`) with server-side apply, forcing conflicts.
+    async fn apply_object(
+        &self,
+        child: &Child,
+        api: &Api<DynamicObject>,
+        object: &Value,
+    ) -> Result<()> {
         let params = PatchParams::apply(&self.field_manager).force();
         timed(
             format!("apply {}", child.object_ref),
-            api.patch(&child.object_ref.name, &params, &Patch::Apply(&object)),
+            api.patch(&child.object_ref.name, &params, &Patch::Apply(object)),
         )
         .await?;
         Ok(())

@@ -114,6 +114,9 @@ pub struct ObservedJob {
     /// The admission it was made for (its `gryvia.io/admitted-at` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_at: Option<String>,
+    /// The Kueue LocalQueue it was made for (its `kueue.x-k8s.io/queue-name` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue_queue: Option<String>,
 }
 
 impl ObservedJob {
@@ -146,6 +149,12 @@ impl ObservedJob {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(labels::ADMITTED_AT))
+                .cloned(),
+            kueue_queue: job
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(gryvia_types::kueue::QUEUE_NAME))
                 .cloned(),
             failed_condition: failed.map(|c| {
                 (
@@ -276,6 +285,60 @@ pub struct AIJobWorld {
     pub nodes: BTreeMap<String, ObservedNode>,
     /// The PriorityClass the annotation names, when it exists.
     pub priority_class_exists: bool,
+    /// With the Kueue integration: the job's LocalQueue, priority class and Workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue: Option<KueueJobWorld>,
+}
+
+/// What the Kueue integration knows about a job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KueueJobWorld {
+    /// The LocalQueue the job goes to: the one its batch Job was made for, else the job's own
+    /// `kueue.x-k8s.io/queue-name` label, else Gryvia's LocalQueue of the namespace
+    /// ([`crate::kueue::LOCAL_QUEUE`]), else one named `default`; `None`: the namespace has
+    /// no LocalQueue, and the job runs without Kueue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue: Option<String>,
+    /// Whether the WorkloadPriorityClass of the job ([`crate::kueue::priority_class`]) exists.
+    #[serde(default)]
+    pub priority_class_exists: bool,
+    /// Kueue's Workload of the batch Job, once it made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<crate::kueue::ObservedWorkload>,
+}
+
+/// The LocalQueue a job goes to under the Kueue integration, when it does.
+fn kueue_queue(world: &AIJobWorld) -> Option<&str> {
+    world.kueue.as_ref()?.local_queue.as_deref()
+}
+
+/// The WorkloadPriorityClass of `job` (its tier annotation and `spec.priority`).
+pub fn kueue_priority_class(job: &GryviaAIJob) -> String {
+    crate::kueue::priority_class(priority_class_of(job).as_deref(), job.spec.priority)
+}
+
+/// How the batch Job of a job Kueue admits is made: labelled with its LocalQueue and priority
+/// class, created suspended (Kueue unsuspends it on admission and suspends it again on
+/// eviction; an existing Job keeps what Kueue set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KueueSubmission {
+    /// The LocalQueue.
+    pub local_queue: String,
+    /// The WorkloadPriorityClass.
+    pub priority_class: String,
+    /// `spec.suspend` to apply.
+    pub suspend: bool,
+}
+
+/// `job_object` (a rendered batch Job) submitted to Kueue as `submission` says.
+pub fn submit_to_kueue(mut job_object: Value, submission: &KueueSubmission) -> Value {
+    job_object["metadata"]["labels"][gryvia_types::kueue::QUEUE_NAME] =
+        submission.local_queue.clone().into();
+    job_object["metadata"]["labels"][gryvia_types::kueue::PRIORITY_CLASS] =
+        submission.priority_class.clone().into();
+    job_object["spec"]["suspend"] = submission.suspend.into();
+    job_object
 }
 
 /// Why a pod failed, as the retry accounting sees it. Its text ([`fmt::Display`]) is the
@@ -1163,6 +1226,8 @@ enum Hold {
     Conflict(String),
     /// The PriorityClass the annotation names does not exist (yet).
     NoPriorityClass(String),
+    /// The Kueue integration has not made the job's WorkloadPriorityClass yet.
+    NoWorkloadPriorityClass(String),
     /// The batch Job was deleted before it finished.
     Deleted(String),
 }
@@ -1189,6 +1254,17 @@ fn hold(
             labels::PRIORITY_CLASS
         )));
     }
+    if world.job.is_none()
+        && world
+            .kueue
+            .as_ref()
+            .is_some_and(|k| k.local_queue.is_some() && !k.priority_class_exists)
+    {
+        return Some(Hold::NoWorkloadPriorityClass(format!(
+            "WorkloadPriorityClass {:?} does not exist yet (the Kueue integration makes one per priority tier and spec.priority)",
+            kueue_priority_class(job)
+        )));
+    }
     if world.job.is_none() && current.job_name.is_some() {
         return Some(Hold::Deleted(format!(
             "the batch Job {name} was deleted before it finished; submit the job again to rerun it"
@@ -1209,6 +1285,7 @@ fn record_hold(
     let (reason, msg, again) = match hold {
         Hold::Conflict(msg) => ("JobConflict", msg, RESYNC),
         Hold::NoPriorityClass(msg) => ("PriorityClassNotFound", msg, Duration::from_secs(10)),
+        Hold::NoWorkloadPriorityClass(msg) => ("WaitingForKueue", msg, ADMISSION_RECHECK),
         Hold::Deleted(msg) => {
             finish(
                 status,
@@ -1337,12 +1414,13 @@ fn apply_children(
     job: &GryviaAIJob,
     backoff_limit: i32,
     priority_class: Option<&str>,
+    kueue: Option<&KueueSubmission>,
 ) {
-    plan.apply_built(Child::from_json(render_job(
-        job,
-        backoff_limit,
-        priority_class,
-    )));
+    let mut batch = render_job(job, backoff_limit, priority_class);
+    if let Some(k) = kueue {
+        batch = submit_to_kueue(batch, k);
+    }
+    plan.apply_built(Child::from_json(batch));
     if job.spec.replicas > 1 {
         plan.apply_built(Child::from_resource(&render_service(job)));
     }
@@ -1501,6 +1579,99 @@ fn set_ready(status: &mut GryviaAIJobStatus, name: &str, generation: Option<i64>
     );
 }
 
+/// `world` with its pods being deleted taken as stopped by a preemption for `by` (they use no
+/// retry).
+fn stopped_by_preemption(world: &AIJobWorld, by: &str) -> AIJobWorld {
+    let mut stopping = world.clone();
+    for pod in &mut stopping.pods {
+        if pod.deleting && pod.preempted.is_none() {
+            pod.preempted = Some(by.to_owned());
+        }
+    }
+    stopping
+}
+
+/// Where a job Kueue decides about stands: `status.kueue` from its Workload; while its batch
+/// Job is suspended (not admitted yet, or evicted and requeued) it is Pending and
+/// `Scheduled=False` says Kueue's word; an eviction sets `Preempted=True` with Kueue's reason
+/// (and an Event), a new admission sets it False again.
+fn track_kueue(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    status: &mut GryviaAIJobStatus,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    current: &GryviaAIJobStatus,
+    local_queue: &str,
+    now: Timestamp,
+) {
+    let generation = job.metadata.generation;
+    let workload = world.kueue.as_ref().and_then(|k| k.workload.as_ref());
+    let standing = crate::kueue::standing(local_queue, workload, current.kueue.as_ref());
+    let said = standing.message.clone().unwrap_or_default();
+    let evicted = standing.state == "Evicted";
+    if evicted && current.kueue.as_ref().is_none_or(|k| k.state != "Evicted") {
+        plan.event(
+            EventType::Warning,
+            "Preempted",
+            format!(
+                "Kueue evicted the job ({}): {said}; it is requeued and uses no retry",
+                standing.reason.as_deref().unwrap_or("Evicted")
+            ),
+        );
+    }
+    if evicted {
+        set(
+            status,
+            PREEMPTED,
+            Status::True,
+            standing.reason.as_deref().unwrap_or("Evicted"),
+            format!("Kueue evicted it: {said}"),
+            generation,
+            now,
+        );
+    } else if standing.state == "Admitted" && conditions::is_true(&status.conditions, PREEMPTED) {
+        set(
+            status,
+            PREEMPTED,
+            Status::False,
+            "Readmitted",
+            format!(
+                "Kueue admitted it again to {}",
+                standing.cluster_queue.as_deref().unwrap_or(local_queue)
+            ),
+            generation,
+            now,
+        );
+    }
+    let finished = status.phase.is_some_and(JobPhase::is_finished);
+    if world.job.as_ref().is_none_or(|j| j.suspended) && !finished {
+        let message = format!("Kueue ({local_queue}): {}: {said}", standing.state);
+        set(
+            status,
+            SCHEDULED,
+            Status::False,
+            if evicted { "Evicted" } else { "Queued" },
+            message.clone(),
+            generation,
+            now,
+        );
+        if conditions::is_true(&status.conditions, RUNNING) {
+            set(
+                status,
+                RUNNING,
+                Status::False,
+                "Queued",
+                "its workers stopped; it waits for Kueue",
+                generation,
+                now,
+            );
+        }
+        status.phase = Some(JobPhase::Pending);
+        status.message = Some(message);
+    }
+    status.kueue = Some(standing);
+}
+
 /// A job the native queue preempted (`status.preemption`): its batch Job is suspended, so
 /// the Job controller stops the workers (SIGTERM, then `preemptionGracePeriodSeconds` to
 /// write a checkpoint); workers that fail while stopping are recorded as preempted and use no
@@ -1516,15 +1687,16 @@ fn stop_for_preemption(
     now: Timestamp,
 ) {
     let generation = job.metadata.generation;
-    let mut stopping = world.clone();
-    for pod in &mut stopping.pods {
-        if pod.deleting && pod.preempted.is_none() {
-            pod.preempted = Some(notice.by.clone());
-        }
-    }
+    let stopping = stopped_by_preemption(world, &notice.by);
     account_failures(plan, job, &stopping, current, status);
     let limit = backoff_limit(job.spec.retry_limit, &status.failures);
-    apply_children(plan, job, limit, status.priority_class_name.as_deref());
+    apply_children(
+        plan,
+        job,
+        limit,
+        status.priority_class_name.as_deref(),
+        None,
+    );
     status.job_name = job.metadata.name.clone();
     status.active = world.job.as_ref().map_or(0, |j| j.active);
     let message = format!(
@@ -1619,9 +1791,26 @@ impl crate::Reconcile for AIJobReconciler {
             plan.set_status_if_changed(owned.as_ref(), status);
             return plan;
         }
-        let app = account_failures(&mut plan, job, world, &current, &mut status);
+        let kueue = kueue_queue(world).map(|lq| KueueSubmission {
+            local_queue: lq.to_owned(),
+            priority_class: kueue_priority_class(job),
+            suspend: world.job.as_ref().is_none_or(|j| j.suspended),
+        });
+        // Pods that stop while Kueue holds the Job suspended were stopped by an eviction.
+        let app = if kueue.is_some() && world.job.as_ref().is_some_and(|j| j.suspended) {
+            let stopping = stopped_by_preemption(world, "Kueue");
+            account_failures(&mut plan, job, &stopping, &current, &mut status)
+        } else {
+            account_failures(&mut plan, job, world, &current, &mut status)
+        };
         let limit = backoff_limit(job.spec.retry_limit, &status.failures);
-        apply_children(&mut plan, job, limit, priority_class.as_deref());
+        apply_children(
+            &mut plan,
+            job,
+            limit,
+            priority_class.as_deref(),
+            kueue.as_ref(),
+        );
         status.job_name = Some(name.clone());
         match &world.job {
             None => {
@@ -1638,6 +1827,17 @@ impl crate::Reconcile for AIJobReconciler {
                 status.message = Some("waiting for the batch Job to be created".to_owned());
             }
             Some(observed) => track(&mut plan, &mut status, job, world, observed, app, now),
+        }
+        if let Some(k) = &kueue {
+            track_kueue(
+                &mut plan,
+                &mut status,
+                job,
+                world,
+                &current,
+                &k.local_queue,
+                now,
+            );
         }
         set_ready(&mut status, &name, generation, now);
         emit_transitions(&mut plan, &current, &status);
@@ -2193,6 +2393,7 @@ mod tests {
             &mut plan,
             &job(json!({"replicas": 2, "storage": {"size": "1Gi"}})),
             3,
+            None,
             None,
         );
         let kinds: Vec<&str> = plan

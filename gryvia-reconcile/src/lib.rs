@@ -24,6 +24,7 @@ pub mod cron;
 pub mod facts;
 pub mod health;
 pub mod hooks;
+pub mod kueue;
 pub mod maintenance;
 pub mod metering;
 pub mod plan;

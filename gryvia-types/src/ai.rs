@@ -386,6 +386,9 @@ pub struct GryviaAIJobStatus {
     /// The preemption under way (written by the queue scheduler only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionNotice>,
+    /// With the Kueue integration: what Kueue decided about the job's Workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue: Option<KueueStanding>,
 }
 
 /// A job admitted by the native queue scheduler.
@@ -430,6 +433,36 @@ pub struct QueueStanding {
     /// `activeDeadlineSeconds` holds what it needs, or it can never fit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<Time>,
+}
+
+/// Where a job stands in Kueue (the Kueue integration): its Workload's admission, read from
+/// the Workload's conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KueueStanding {
+    /// The LocalQueue the job was submitted to.
+    pub local_queue: String,
+    /// Kueue's Workload of the batch Job (absent until Kueue made it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    /// The ClusterQueue that admitted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// `Pending` (no quota yet), `QuotaReserved`, `Admitted`, `Evicted` (preempted or
+    /// withdrawn, requeued) or `Finished`.
+    pub state: String,
+    /// Kueue's reason for that state (for example `Pending`, `Preempted`, `InCohortReclamation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Kueue's message (why it waits: quota short by how much, in which flavor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The flavors it was admitted to (ResourceFlavor names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<String>,
+    /// Times Kueue evicted it so far (each a requeue that cost no retry).
+    #[serde(default)]
+    pub evictions: i32,
 }
 
 /// A preemption notice: the job's workers are stopped after `graceSeconds`.

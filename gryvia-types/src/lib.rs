@@ -23,6 +23,7 @@ pub mod billing;
 pub mod conditions;
 pub mod crds;
 pub mod health;
+pub mod kueue;
 pub mod labels;
 pub mod ml;
 pub mod money;

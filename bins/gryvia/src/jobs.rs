@@ -194,6 +194,22 @@ pub async fn status(name: &str, namespace: Option<String>, output: Output) -> an
     if let Some(pc) = &st.priority_class_name {
         out.push_str(&format!("Priority:   {pc}\n"));
     }
+    if let Some(k) = &st.kueue {
+        out.push_str(&format!(
+            "Kueue:      {} in LocalQueue {}{}{}; evicted {} time(s)\n",
+            k.state,
+            k.local_queue,
+            k.cluster_queue
+                .as_ref()
+                .map(|c| format!(" (ClusterQueue {c})"))
+                .unwrap_or_default(),
+            k.message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default(),
+            k.evictions
+        ));
+    }
     out.push('\n');
     let mut conds = Table::new(&["CONDITION", "STATUS", "REASON", "MESSAGE"]);
     for c in &st.conditions {
@@ -325,7 +341,8 @@ fn eta_text(eta: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) 
 }
 
 /// `gryvia queue`: jobs a native queue holds with their queue, position, expected start and
-/// why; other waiting jobs with what their `Scheduled` condition says.
+/// why; jobs Kueue holds with their LocalQueue and Kueue's word; other waiting jobs with what
+/// their `Scheduled` condition says.
 pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = (!all).then(|| namespace.unwrap_or_else(|| client.default_namespace().to_owned()));
@@ -348,9 +365,15 @@ pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyh
     ]);
     for j in &jobs {
         let standing = j.status.as_ref().and_then(|s| s.queue.as_ref());
-        let why = match standing {
-            Some(q) => q.reason.clone(),
-            None => j
+        let kueue = j.status.as_ref().and_then(|s| s.kueue.as_ref());
+        let why = match (standing, kueue) {
+            (Some(q), _) => q.reason.clone(),
+            (None, Some(k)) => format!(
+                "Kueue {}: {}",
+                k.state,
+                k.message.as_deref().unwrap_or("no message")
+            ),
+            (None, None) => j
                 .status
                 .as_ref()
                 .and_then(|s| gryvia_types::conditions::find(&s.conditions, "Scheduled").cloned())
@@ -366,7 +389,11 @@ pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyh
         t.row(vec![
             j.namespace().unwrap_or_default(),
             j.name_any(),
-            standing.map_or_else(|| "-".to_owned(), |q| q.queue.clone()),
+            match (standing, kueue) {
+                (Some(q), _) => q.queue.clone(),
+                (None, Some(k)) => format!("kueue:{}", k.local_queue),
+                (None, None) => "-".to_owned(),
+            },
             standing.map_or_else(|| "-".to_owned(), |q| q.position.to_string()),
             j.spec.priority.to_string(),
             format!(

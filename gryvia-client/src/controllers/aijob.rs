@@ -7,10 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gryvia_reconcile::aijob::{
-    AIJobReconciler, AIJobWorld, ObservedJob, ObservedNode, ObservedPod,
+    AIJobReconciler, AIJobWorld, KueueJobWorld, ObservedJob, ObservedNode, ObservedPod,
+    kueue_priority_class,
 };
+use gryvia_reconcile::kueue::{LOCAL_QUEUE, ObservedWorkload};
+use gryvia_types::kueue::{self, LocalQueue, Workload, WorkloadPriorityClass};
 use gryvia_types::scheduling::GryviaQueue;
-use gryvia_types::{GryviaAIJob, labels};
+use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -19,7 +22,7 @@ use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Running, Shared, cached, changed, managed_selector};
+use super::{Running, Shared, cached, changed, in_namespace, managed_selector};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -34,20 +37,104 @@ pub struct AIJobObserver {
     /// The queues, when the native queue scheduler runs: a job of a namespace one covers
     /// waits for its admission.
     queues: Option<Store<GryviaQueue>>,
+    /// LocalQueues, Workloads and WorkloadPriorityClasses, with the Kueue integration.
+    kueue: Option<KueueStores>,
+}
+
+/// What the AI job controller reads of Kueue.
+struct KueueStores {
+    local_queues: Store<LocalQueue>,
+    queues: Store<GryviaQueue>,
+    tenants: Store<GryviaTenant>,
+    workloads: Store<Workload>,
+    classes: Store<WorkloadPriorityClass>,
+}
+
+/// How the AI job controller schedules jobs: by themselves (the kube-scheduler places their
+/// pods), through the native queue, or through Kueue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheduling {
+    /// No queue: a job's batch Job is made at once.
+    #[default]
+    Direct,
+    /// `--native-queue-scheduler`.
+    NativeQueue,
+    /// `--kueue-integration`.
+    Kueue,
 }
 
 impl AIJobObserver {
     /// An observer reading the caches of `shared`; with `native_queue`, jobs of namespaces a
     /// GryviaQueue covers wait for the queue.
-    pub fn new(shared: &Shared, native_queue: bool) -> Self {
+    pub fn new(shared: &Shared, scheduling: Scheduling) -> Self {
         AIJobObserver {
             client: shared.client.clone(),
             jobs: shared.caches.store_labelled(&managed_selector()),
             pods: shared.caches.store_labelled(labels::JOB_NAME),
             nodes: shared.caches.store(),
             classes: shared.caches.store(),
-            queues: native_queue.then(|| shared.caches.store()),
+            queues: (scheduling == Scheduling::NativeQueue).then(|| shared.caches.store()),
+            kueue: (scheduling == Scheduling::Kueue).then(|| KueueStores {
+                local_queues: shared.caches.store(),
+                queues: shared.caches.store(),
+                tenants: shared.caches.store(),
+                workloads: shared.caches.store(),
+                classes: shared.caches.store(),
+            }),
         }
+    }
+
+    /// What Kueue knows of `job` (never without the Kueue integration): the LocalQueue it
+    /// goes to, whether its priority class exists, and the Workload of its batch Job `batch`.
+    async fn kueue(&self, job: &GryviaAIJob, batch: Option<&Job>) -> Result<Option<KueueJobWorld>> {
+        let Some(k) = &self.kueue else {
+            return Ok(None);
+        };
+        wait_ready(&k.local_queues, "LocalQueue").await?;
+        wait_ready(&k.queues, "GryviaQueue").await?;
+        wait_ready(&k.tenants, "GryviaTenant").await?;
+        wait_ready(&k.workloads, "Workload").await?;
+        wait_ready(&k.classes, "WorkloadPriorityClass").await?;
+        let ns = job.namespace().unwrap_or_default();
+        let label = |labels: Option<&BTreeMap<String, String>>| {
+            labels.and_then(|l| l.get(kueue::QUEUE_NAME)).cloned()
+        };
+        let local_queue = match batch {
+            // A Job keeps the LocalQueue it was made for (or none, made before Kueue).
+            Some(b) => label(b.metadata.labels.as_ref()),
+            // A namespace the integration covers goes to its LocalQueue, also before the
+            // integration made it (Kueue holds the Workload until then).
+            None => label(job.metadata.labels.as_ref()).or_else(|| {
+                let covered = cached(&k.local_queues, Some(&ns), LOCAL_QUEUE).is_some()
+                    || k.queues
+                        .state()
+                        .iter()
+                        .any(|q| q.spec.namespaces.contains(&ns))
+                    || ns
+                        .strip_prefix("tenant-")
+                        .is_some_and(|t| cached(&k.tenants, None, t).is_some());
+                if covered {
+                    Some(LOCAL_QUEUE.to_owned())
+                } else {
+                    cached(&k.local_queues, Some(&ns), "default").map(|_| "default".to_owned())
+                }
+            }),
+        };
+        let workload = batch
+            .and_then(|b| b.metadata.uid.as_deref())
+            .and_then(|uid| {
+                in_namespace(&k.workloads, Some(&ns)).into_iter().find(|w| {
+                    w.metadata
+                        .owner_references
+                        .as_ref()
+                        .is_some_and(|refs| refs.iter().any(|r| r.uid == uid))
+                })
+            });
+        Ok(Some(KueueJobWorld {
+            local_queue,
+            priority_class_exists: cached(&k.classes, None, &kueue_priority_class(job)).is_some(),
+            workload: workload.map(|w| ObservedWorkload::of(&w)),
+        }))
     }
 
     /// Whether a GryviaQueue covers `namespace` (never without the native queue scheduler).
@@ -105,6 +192,7 @@ impl Observe for AIJobObserver {
                 })?
                 .map(Arc::new);
         }
+        let kueue = self.kueue(job, batch.as_deref()).await?;
         let batch = batch.map(|j| ObservedJob::of(&j, &uid));
         let pods: Vec<ObservedPod> = pods_of_job(&self.pods, &ns, &name)
             .iter()
@@ -127,6 +215,7 @@ impl Observe for AIJobObserver {
             pods,
             nodes,
             priority_class_exists,
+            kueue,
         })
     }
 }
@@ -152,10 +241,22 @@ pub(crate) fn spec_lifecycle_or_admission(job: &GryviaAIJob) -> Option<u64> {
     Some(h.finish())
 }
 
+/// Maps a Workload of a batch Job (its owner) to the GryviaAIJob of the same name.
+fn job_of_workload(w: &Workload) -> Option<ObjectRef<GryviaAIJob>> {
+    let owner = w
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.kind == "Job" && r.api_version == "batch/v1")?;
+    Some(ObjectRef::new(&owner.name).within(&w.namespace()?))
+}
+
 /// The AI job controller: status-only updates (its own writes) trigger nothing but the
-/// queue's admissions and preemptions; changes of its Jobs and pods do. With `native_queue`,
-/// jobs of namespaces a GryviaQueue covers wait for their admission.
-pub fn controller(shared: &Shared, native_queue: bool) -> Running {
+/// queue's admissions and preemptions; changes of its Jobs and pods do (and, with the Kueue
+/// integration, of their Workloads). With the native queue, jobs of namespaces a GryviaQueue
+/// covers wait for their admission; with Kueue, jobs go to their namespace's LocalQueue.
+pub fn controller(shared: &Shared, scheduling: Scheduling) -> Running {
     let caches = &shared.caches;
     let trigger = changed(
         caches.subscribe::<GryviaAIJob>(),
@@ -167,6 +268,13 @@ pub fn controller(shared: &Shared, native_queue: bool) -> Running {
             caches.subscribe_labelled::<Pod>(labels::JOB_NAME),
             |pod: Arc<Pod>| job_of_pod(&pod),
         );
-    let ctx = shared.context(AIJobReconciler, AIJobObserver::new(shared, native_queue));
+    let ctrl = if scheduling == Scheduling::Kueue {
+        ctrl.watches_shared_stream(caches.subscribe::<Workload>(), |w: Arc<Workload>| {
+            job_of_workload(&w)
+        })
+    } else {
+        ctrl
+    };
+    let ctx = shared.context(AIJobReconciler, AIJobObserver::new(shared, scheduling));
     Box::pin(run(ctrl, ctx))
 }

@@ -7,6 +7,7 @@ pub mod aijob;
 pub mod budget;
 pub mod health_check;
 pub mod job_hook;
+pub mod kueue;
 pub mod metering;
 pub mod priority;
 pub mod queue;
@@ -18,9 +19,12 @@ pub mod usage_record;
 pub mod workflow;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use gryvia_reconcile::Reconcile;
 use kube::Resource;
@@ -28,8 +32,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::apply::Executor;
 use crate::cache::Caches;
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorLabels, Metrics};
 use crate::runtime::Context;
+use crate::{Error, Result};
 
 /// What the controllers of one operator share during one leadership term.
 #[derive(Clone)]
@@ -155,4 +160,87 @@ pub fn managed_selector() -> String {
         gryvia_types::labels::MANAGED_BY,
         gryvia_types::labels::MANAGED_BY_VALUE
     )
+}
+
+/// Runs `cycle` for a controller that decides about a whole set at once (the queue
+/// scheduler, the Kueue integration): whenever `triggers` fire (changes within `debounce`
+/// taken together) and at least every `resync`. A failed cycle is counted in the error metric
+/// and retried after a doubling back-off ([`backoff`]), never in a hot loop. The triggers are
+/// drained on their own, so a long cycle never holds the reflectors (and every other
+/// controller's caches) back.
+pub fn cycles<F, Fut>(
+    name: &'static str,
+    triggers: BoxStream<'static, ()>,
+    resync: Duration,
+    debounce: Duration,
+    metrics: Metrics,
+    cycle: F,
+) -> Running
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    let wake = Arc::new(tokio::sync::Notify::new());
+    Box::pin(async move {
+        let notify = wake.clone();
+        let drain = triggers.for_each(move |()| {
+            notify.notify_one();
+            futures::future::ready(())
+        });
+        let run = async move {
+            let mut failures: u32 = 0;
+            loop {
+                tokio::select! {
+                    () = wake.notified() => {}
+                    () = tokio::time::sleep(resync) => {}
+                }
+                tokio::time::sleep(debounce).await;
+                match cycle().await {
+                    Ok(()) => failures = 0,
+                    Err(e) => {
+                        failures = failures.saturating_add(1);
+                        let delay = backoff(failures, &e);
+                        metrics
+                            .errors
+                            .get_or_create(&ErrorLabels {
+                                controller: name.to_owned(),
+                                error: e.metric_label().to_owned(),
+                            })
+                            .inc();
+                        tracing::warn!(controller = name, error = %e, retry_in = ?delay, "cycle failed");
+                        tokio::time::sleep(delay).await;
+                        wake.notify_one();
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = drain => {}
+            () = run => {}
+        }
+    })
+}
+
+/// Wait after `failures` failed cycles in a row: doubling from 500 ms up to a minute, at
+/// least what the error asks for.
+fn backoff(failures: u32, e: &Error) -> Duration {
+    let exp = Duration::from_millis(500).saturating_mul(1 << failures.min(7).saturating_sub(1));
+    exp.max(e.requeue_after()).min(Duration::from_secs(60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        // A timeout asks for 5 s at least.
+        let e = Error::Timeout {
+            what: "apply status".to_owned(),
+            after: Duration::from_secs(20),
+        };
+        assert_eq!(backoff(1, &e), Duration::from_secs(5));
+        assert_eq!(backoff(5, &e), Duration::from_secs(8));
+        assert_eq!(backoff(30, &e), Duration::from_secs(32));
+    }
 }

@@ -26,15 +26,14 @@ use gryvia_types::{GryviaAIJob, labels};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::Store;
 use serde_json::json;
-use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::{Running, Shared, changed};
+use crate::Result;
 use crate::apply::Executor;
 use crate::cache::wait_ready;
-use crate::metrics::{ControllerLabels, ErrorLabels, Metrics};
+use crate::metrics::{ControllerLabels, Metrics};
 use crate::runtime::spec_or_lifecycle;
-use crate::{Error, Result};
 
 /// Field manager and event reporter of the queue scheduler.
 pub const FIELD_MANAGER: &str = "gryvia-queue";
@@ -332,7 +331,8 @@ fn pod_key(pod: &Pod) -> Option<u64> {
 }
 
 /// The queue scheduler: a cycle whenever something that can move a decision changed (and
-/// every [`RESYNC`]); a failed cycle is retried after a back-off, never in a hot loop.
+/// every [`RESYNC`]); a failed cycle is retried after a back-off, never in a hot loop
+/// ([`super::cycles`]).
 pub fn controller(shared: &Shared) -> Running {
     let caches = &shared.caches;
     let triggers = stream::select_all(vec![
@@ -353,54 +353,17 @@ pub fn controller(shared: &Shared) -> Running {
             .boxed(),
     ]);
     let scheduler = Arc::new(Scheduler::new(shared));
-    let wake = Arc::new(Notify::new());
-    Box::pin(async move {
-        // The subscriptions are drained on their own, so a long cycle never holds the
-        // reflectors (and every other controller's caches) back.
-        let notify = wake.clone();
-        let drain = triggers.for_each(move |()| {
-            notify.notify_one();
-            futures::future::ready(())
-        });
-        let run = async move {
-            let mut failures: u32 = 0;
-            loop {
-                tokio::select! {
-                    () = wake.notified() => {}
-                    () = tokio::time::sleep(RESYNC) => {}
-                }
-                tokio::time::sleep(DEBOUNCE).await;
-                match scheduler.cycle().await {
-                    Ok(()) => failures = 0,
-                    Err(e) => {
-                        failures = failures.saturating_add(1);
-                        let delay = backoff(failures, &e);
-                        scheduler
-                            .metrics
-                            .errors
-                            .get_or_create(&ErrorLabels {
-                                controller: FIELD_MANAGER.to_owned(),
-                                error: e.metric_label().to_owned(),
-                            })
-                            .inc();
-                        warn!(error = %e, retry_in = ?delay, "queue cycle failed");
-                        tokio::time::sleep(delay).await;
-                        wake.notify_one();
-                    }
-                }
-            }
-        };
-        tokio::select! {
-            () = drain => {}
-            () = run => {}
-        }
-    })
-}
-
-/// Wait after `failures` failed cycles in a row: doubling from 500 ms up to a minute.
-fn backoff(failures: u32, e: &Error) -> Duration {
-    let exp = Duration::from_millis(500).saturating_mul(1 << failures.min(7).saturating_sub(1));
-    exp.max(e.requeue_after()).min(Duration::from_secs(60))
+    super::cycles(
+        FIELD_MANAGER,
+        triggers.boxed(),
+        RESYNC,
+        DEBOUNCE,
+        shared.metrics.clone(),
+        move || {
+            let scheduler = scheduler.clone();
+            async move { scheduler.cycle().await }
+        },
+    )
 }
 
 #[cfg(test)]
@@ -471,17 +434,5 @@ mod tests {
         fold_written(&mut jobs, &mut written);
         assert!(written.is_empty());
         assert_eq!(QueueFields::of(&jobs[0]), QueueFields::default());
-    }
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        // A timeout asks for 5 s at least.
-        let e = Error::Timeout {
-            what: "apply status".to_owned(),
-            after: Duration::from_secs(20),
-        };
-        assert_eq!(backoff(1, &e), Duration::from_secs(5));
-        assert_eq!(backoff(5, &e), Duration::from_secs(8));
-        assert_eq!(backoff(30, &e), Duration::from_secs(32));
     }
 }

@@ -1,5 +1,5 @@
-//! The ai-operator: AI jobs, templates, priorities and workflows; reservations, job hooks and
-//! the native queue scheduler opt-in; the admission webhooks when `--webhook-addr` is given
+//! The ai-operator: AI jobs, templates, priorities and workflows; reservations, job hooks,
+//! the native queue scheduler and the Kueue integration opt-in; the admission webhooks when `--webhook-addr` is given
 //! (on every replica).
 
 use std::net::SocketAddr;
@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
-use crate::controllers::{aijob, job_hook, priority, queue, reservation, template, workflow};
+use crate::controllers::{
+    aijob, job_hook, kueue, priority, queue, reservation, template, workflow,
+};
 use crate::{Error, Result};
 
 /// Name of the operator (its Lease, its logs).
@@ -31,6 +33,16 @@ pub struct Flags {
     /// and their status says where they stand (opt-in: turning it on makes such jobs queue).
     #[arg(long, env = "GRYVIA_NATIVE_QUEUE_SCHEDULER")]
     pub native_queue_scheduler: bool,
+    /// Schedule through Kueue (installed separately): tenants, queues and priority tiers
+    /// become ClusterQueues, LocalQueues, ResourceFlavors and WorkloadPriorityClasses, each
+    /// job's batch Job is submitted suspended to its namespace's LocalQueue, and its status
+    /// shows Kueue's admission (opt-in; not with the native queue scheduler).
+    #[arg(
+        long,
+        env = "GRYVIA_KUEUE_INTEGRATION",
+        conflicts_with = "native_queue_scheduler"
+    )]
+    pub kueue_integration: bool,
     /// Serve the admission webhooks (TLS) on this address and register them (not with
     /// --dry-run: registering is a change to the cluster).
     #[arg(long, conflicts_with = "dry_run")]
@@ -68,14 +80,22 @@ pub struct Flags {
 /// The controllers the ai-operator runs with `flags`.
 pub fn controllers(flags: &Flags) -> ControllerSet {
     let native_queue = flags.native_queue_scheduler;
+    let scheduling = if flags.kueue_integration {
+        aijob::Scheduling::Kueue
+    } else if native_queue {
+        aijob::Scheduling::NativeQueue
+    } else {
+        aijob::Scheduling::Direct
+    };
     ControllerSet::new()
-        .with(move |shared| aijob::controller(shared, native_queue))
+        .with(move |shared| aijob::controller(shared, scheduling))
         .with(template::controller)
         .with(priority::controller)
         .with(workflow::controller)
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
         .with_if(native_queue, queue::controller)
+        .with_if(flags.kueue_integration, kueue::controller)
 }
 
 fn endpoint(flags: &Flags) -> Result<Endpoint> {
