@@ -249,9 +249,7 @@ impl Executor {
             return Ok(());
         }
         for child in children {
-            self.gone.lock().await.remove(&child.object_ref);
-            let api = self.dynamic_api(&child.object_ref).await?;
-            self.apply_object(child, &api, &child.object).await?;
+            self.apply_object(child, &child.object).await?;
         }
         for r in deletes {
             self.delete(r).await?;
@@ -359,24 +357,20 @@ impl Executor {
     where
         K: Resource<DynamicType = ()>,
     {
-        self.gone.lock().await.remove(&child.object_ref);
-        let api = self.dynamic_api(&child.object_ref).await?;
         let mut object = child.object.clone();
         if child.owned
             && let Some(owner_ref) = owner.controller_owner_ref(&())
         {
             object["metadata"]["ownerReferences"] = json!([owner_ref]);
         }
-        self.apply_object(child, &api, &object).await
+        self.apply_object(child, &object).await
     }
 
-    /// Applies `object` (the object of `child`) with server-side apply, forcing conflicts.
-    async fn apply_object(
-        &self,
-        child: &Child,
-        api: &Api<DynamicObject>,
-        object: &Value,
-    ) -> Result<()> {
+    /// Applies `object` (the object of `child`, perhaps with an owner reference) with
+    /// server-side apply, forcing conflicts.
+    async fn apply_object(&self, child: &Child, object: &Value) -> Result<()> {
+        self.gone.lock().await.remove(&child.object_ref);
+        let api = self.dynamic_api(&child.object_ref).await?;
         let params = PatchParams::apply(&self.field_manager).force();
         timed(
             format!("apply {}", child.object_ref),

@@ -191,7 +191,7 @@ pub struct ObservedPod {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Timestamp>,
     /// The job it makes room for, when the native queue preempted this pod's job (from its
-    /// `gryvia.io/preemption-notice` annotation).
+    /// `gryvia.io/preemption-notice` annotation), or `Kueue` when Kueue evicted it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted: Option<String>,
 }
@@ -367,7 +367,8 @@ pub enum FailureCause {
     /// Nothing says why.
     Unknown,
     /// The native queue preempted the job (its pods carry the preemption notice, or were
-    /// stopped while the job's status held one): the job queues again, no retry used.
+    /// stopped while the job's status held one), or Kueue evicted it (its pods stopped while
+    /// Kueue held the batch Job suspended): the job queues again, no retry used.
     Preempted(String),
 }
 
@@ -1098,18 +1099,7 @@ fn wait_for_queue(
         now,
     );
     status.conditions.retain(|c| c.type_ != PREEMPTED);
-    // What a run before a preemption left says nothing about now.
-    if conditions::is_true(&status.conditions, RUNNING) {
-        set(
-            status,
-            RUNNING,
-            Status::False,
-            "Queued",
-            "its workers stopped; it waits for its queue",
-            job.metadata.generation,
-            now,
-        );
-    }
+    stop_running(status, "its queue", job.metadata.generation, now);
     set(
         status,
         conditions::READY,
@@ -1211,7 +1201,7 @@ fn reject_invalid_spec(
 }
 
 /// The PriorityClass the `gryvia.io/priority-class` annotation names.
-fn priority_class_of(job: &GryviaAIJob) -> Option<String> {
+pub(crate) fn priority_class_of(job: &GryviaAIJob) -> Option<String> {
     job.metadata
         .annotations
         .as_ref()
@@ -1655,21 +1645,32 @@ fn track_kueue(
             generation,
             now,
         );
-        if conditions::is_true(&status.conditions, RUNNING) {
-            set(
-                status,
-                RUNNING,
-                Status::False,
-                "Queued",
-                "its workers stopped; it waits for Kueue",
-                generation,
-                now,
-            );
-        }
+        stop_running(status, "Kueue", generation, now);
         status.phase = Some(JobPhase::Pending);
         status.message = Some(message);
     }
     status.kueue = Some(standing);
+}
+
+/// A job that waits again (requeued after a preemption or an eviction): what its last run
+/// left in `Running` says nothing about now.
+fn stop_running(
+    status: &mut GryviaAIJobStatus,
+    waits_for: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    if conditions::is_true(&status.conditions, RUNNING) {
+        set(
+            status,
+            RUNNING,
+            Status::False,
+            "Queued",
+            format!("its workers stopped; it waits for {waits_for}"),
+            generation,
+            now,
+        );
+    }
 }
 
 /// A job the native queue preempted (`status.preemption`): its batch Job is suspended, so

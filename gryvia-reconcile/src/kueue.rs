@@ -33,13 +33,15 @@ use gryvia_types::kueue::{
 use gryvia_types::scheduling::{
     GryviaPriority, GryviaQueue, PreemptWithin, QueueResource, QueueingStrategy,
 };
-use gryvia_types::{GryviaTenant, KueueStanding, labels};
+use gryvia_types::{GryviaAIJob, GryviaTenant, JobPhase, KueueStanding, labels};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::facts;
 use crate::tenancy::namespace_of;
 
 /// The LocalQueue Gryvia makes in each namespace it covers.
@@ -115,6 +117,79 @@ pub struct KueueWorld {
     pub job_priorities: BTreeSet<(Option<String>, i32)>,
 }
 
+impl KueueWorld {
+    /// The world of `tenants` (those being deleted left out), `queues`, `priorities`, the
+    /// allocatable GPUs of `nodes` per product, and the (tier, `spec.priority`) of the
+    /// unfinished `jobs`.
+    pub fn of(
+        tenants: &[GryviaTenant],
+        queues: &[GryviaQueue],
+        priorities: &[GryviaPriority],
+        nodes: &[Node],
+        jobs: &[GryviaAIJob],
+    ) -> Self {
+        let mut gpus_per_product: BTreeMap<String, i64> = BTreeMap::new();
+        for n in nodes {
+            if let Some(p) = facts::gpu_product(n) {
+                *gpus_per_product.entry(p.to_owned()).or_default() += facts::gpus_allocatable(n);
+            }
+        }
+        let job_priorities = jobs
+            .iter()
+            .filter(|j| {
+                !j.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.is_some_and(JobPhase::is_finished))
+            })
+            .map(|j| (crate::aijob::priority_class_of(j), j.spec.priority))
+            .collect();
+        KueueWorld {
+            tenants: tenants
+                .iter()
+                .filter(|t| t.metadata.deletion_timestamp.is_none())
+                .cloned()
+                .collect(),
+            queues: queues.to_vec(),
+            priorities: priorities.to_vec(),
+            gpus_per_product,
+            job_priorities,
+        }
+    }
+}
+
+/// Whether the integration gives `namespace` Gryvia's LocalQueue ([`desired`]): a queue
+/// lists it, or it is the namespace of a tenant of `tenants` (names).
+pub fn covers<'a>(
+    namespace: &str,
+    queues: impl IntoIterator<Item = &'a GryviaQueue>,
+    mut tenants: impl Iterator<Item = &'a str>,
+) -> bool {
+    queues
+        .into_iter()
+        .any(|q| q.spec.namespaces.iter().any(|n| n == namespace))
+        || tenants.any(|t| namespace_of(t) == namespace)
+}
+
+/// The LocalQueue a job goes to: the one its batch Job was made for (`Some(None)`: made
+/// without Kueue, it stays so), else the job's own `kueue.x-k8s.io/queue-name` label, else
+/// [`LOCAL_QUEUE`] when the integration covers the namespace (also before the LocalQueue is
+/// made: Kueue holds the Workload until then), else a LocalQueue named `default` when the
+/// namespace has one; `None`: the job runs without Kueue.
+pub fn local_queue_for(
+    batch_job_queue: Option<Option<&str>>,
+    job_label: Option<&str>,
+    covered: bool,
+    default_exists: bool,
+) -> Option<String> {
+    if let Some(made_for) = batch_job_queue {
+        return made_for.map(str::to_owned);
+    }
+    job_label
+        .map(str::to_owned)
+        .or_else(|| covered.then(|| LOCAL_QUEUE.to_owned()))
+        .or_else(|| default_exists.then(|| "default".to_owned()))
+}
+
 /// The Kueue objects that world asks for, and what in it could not be mapped.
 #[derive(Clone, Debug, Default)]
 pub struct Desired {
@@ -130,33 +205,20 @@ pub struct Desired {
     pub problems: Vec<String>,
 }
 
-fn managed_meta(
-    name: String,
-    namespace: Option<String>,
-    owner: Option<OwnerReference>,
-) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace,
-        labels: Some(BTreeMap::from([(
-            labels::MANAGED_BY.to_owned(),
-            labels::MANAGED_BY_VALUE.to_owned(),
-        )])),
-        owner_references: owner.map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
+/// `object` labelled as Gryvia's, owned by `owner` (the tenant, queue or tier it comes from).
+fn managed<K: Resource>(mut object: K, owner: Option<OwnerReference>) -> K {
+    let meta = object.meta_mut();
+    meta.labels.get_or_insert_with(BTreeMap::new).insert(
+        labels::MANAGED_BY.to_owned(),
+        labels::MANAGED_BY_VALUE.to_owned(),
+    );
+    meta.owner_references = owner.map(|o| vec![o]);
+    object
 }
 
-fn owner_of<K: Resource<DynamicType = ()>>(object: &K) -> Option<OwnerReference> {
-    let meta = object.meta();
-    Some(OwnerReference {
-        api_version: K::api_version(&()).into_owned(),
-        kind: K::kind(&()).into_owned(),
-        name: meta.name.clone()?,
-        uid: meta.uid.clone()?,
-        controller: Some(true),
-        block_owner_deletion: None,
-    })
+/// The controller owner reference to `object`.
+fn owner<K: Resource<DynamicType = ()>>(object: &K) -> Option<OwnerReference> {
+    object.controller_owner_ref(&())
 }
 
 fn flavor_quota(
@@ -254,7 +316,7 @@ fn tenant_queue(
             flavor_quota(flavor_of(product), nominal, None, None)
         })
         .collect::<Vec<_>>();
-    let mut cq = ClusterQueue::new(
+    let cq = ClusterQueue::new(
         &tenant_cluster_queue(&name),
         ClusterQueueSpec {
             cohort_name: cohort,
@@ -274,8 +336,7 @@ fn tenant_queue(
             }),
         },
     );
-    cq.metadata = managed_meta(tenant_cluster_queue(&name), None, owner_of(tenant));
-    cq
+    managed(cq, owner(tenant))
 }
 
 fn queue_flavor(r: &QueueResource) -> String {
@@ -303,7 +364,7 @@ fn gryvia_queue(queue: &GryviaQueue) -> ClusterQueue {
             )
         })
         .collect();
-    let mut cq = ClusterQueue::new(
+    let cq = ClusterQueue::new(
         &queue_cluster_queue(&name),
         ClusterQueueSpec {
             cohort_name: spec.cohort.clone(),
@@ -338,8 +399,7 @@ fn gryvia_queue(queue: &GryviaQueue) -> ClusterQueue {
             }),
         },
     );
-    cq.metadata = managed_meta(queue_cluster_queue(&name), None, owner_of(queue));
-    cq
+    managed(cq, owner(queue))
 }
 
 fn local_queue(
@@ -348,8 +408,8 @@ fn local_queue(
     owner: Option<OwnerReference>,
 ) -> LocalQueue {
     let mut lq = LocalQueue::new(LOCAL_QUEUE, LocalQueueSpec { cluster_queue });
-    lq.metadata = managed_meta(LOCAL_QUEUE.to_owned(), Some(namespace.to_owned()), owner);
-    lq
+    lq.metadata.namespace = Some(namespace.to_owned());
+    managed(lq, owner)
 }
 
 fn priority_class_object(
@@ -358,11 +418,15 @@ fn priority_class_object(
     description: String,
     owner: Option<OwnerReference>,
 ) -> WorkloadPriorityClass {
-    WorkloadPriorityClass {
-        metadata: managed_meta(name, None, owner),
+    let class = WorkloadPriorityClass {
+        metadata: ObjectMeta {
+            name: Some(name),
+            ..ObjectMeta::default()
+        },
         value,
         description: Some(description),
-    }
+    };
+    managed(class, owner)
 }
 
 /// The Kueue objects `world` asks for (each sorted by name), with the problems found.
@@ -402,35 +466,27 @@ fn flavors(world: &KueueWorld) -> Vec<ResourceFlavor> {
             }
         }
     }
+    let flavor = |name: &str, label: &str, value: &str| {
+        let node_labels = BTreeMap::from([(label.to_owned(), value.to_owned())]);
+        managed(
+            ResourceFlavor::new(name, ResourceFlavorSpec { node_labels }),
+            None,
+        )
+    };
     let mut flavors: BTreeMap<String, ResourceFlavor> = products
         .iter()
         .map(|p| {
-            let name = flavor_of(p);
-            let mut f = ResourceFlavor::new(
-                &name,
-                ResourceFlavorSpec {
-                    node_labels: BTreeMap::from([(
-                        labels::NVIDIA_GPU_PRODUCT.to_owned(),
-                        p.clone(),
-                    )]),
-                },
-            );
-            f.metadata = managed_meta(name.clone(), None, None);
-            (name, f)
+            (
+                flavor_of(p),
+                flavor(&flavor_of(p), labels::NVIDIA_GPU_PRODUCT, p),
+            )
         })
         .collect();
     if any {
-        let mut f = ResourceFlavor::new(
-            ANY_FLAVOR,
-            ResourceFlavorSpec {
-                node_labels: BTreeMap::from([(
-                    "nvidia.com/gpu.present".to_owned(),
-                    "true".to_owned(),
-                )]),
-            },
+        flavors.insert(
+            ANY_FLAVOR.to_owned(),
+            flavor(ANY_FLAVOR, "nvidia.com/gpu.present", "true"),
         );
-        f.metadata = managed_meta(ANY_FLAVOR.to_owned(), None, None);
-        flavors.insert(ANY_FLAVOR.to_owned(), f);
     }
     flavors.into_values().collect()
 }
@@ -497,7 +553,7 @@ fn local_queues(
             claimed.insert(ns.clone(), name.clone());
             lqs.insert(
                 ns.clone(),
-                local_queue(ns, queue_cluster_queue(&name), owner_of(q)),
+                local_queue(ns, queue_cluster_queue(&name), owner(q)),
             );
         }
     }
@@ -508,7 +564,7 @@ fn local_queues(
         }
         lqs.insert(
             ns.clone(),
-            local_queue(&ns, tenant_cluster_queue(name), owner_of(*t)),
+            local_queue(&ns, tenant_cluster_queue(name), owner(*t)),
         );
     }
     lqs.into_values().collect()
@@ -529,7 +585,7 @@ fn priority_classes(world: &KueueWorld) -> Vec<WorkloadPriorityClass> {
                 (*name).to_owned(),
                 p.spec.value,
                 format!("GryviaPriority {name}"),
-                owner_of(*p),
+                owner(*p),
             ),
         );
     }
@@ -551,7 +607,7 @@ fn priority_classes(world: &KueueWorld) -> Vec<WorkloadPriorityClass> {
                 name,
                 priority_value(tier_object.map(|p| p.spec.value), *priority),
                 description,
-                tier_object.and_then(|p| owner_of(*p)),
+                tier_object.and_then(|p| owner(*p)),
             ),
         );
     }

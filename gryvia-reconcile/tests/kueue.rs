@@ -295,6 +295,34 @@ fn workload(conditions: Vec<WorkloadCondition>) -> ObservedWorkload {
     }
 }
 
+/// A Workload Kueue evicted for a higher-priority one of its ClusterQueue.
+fn evicted_workload() -> ObservedWorkload {
+    workload(vec![
+        cond(
+            "Evicted",
+            true,
+            "Preempted",
+            "Preempted to accommodate a workload",
+        ),
+        cond(
+            "Preempted",
+            true,
+            "InClusterQueue",
+            "Preempted to accommodate a workload (UID: u) due to prioritization in the ClusterQueue",
+        ),
+    ])
+}
+
+/// The batch Job a plan applies.
+fn batch_job<S>(plan: &gryvia_reconcile::Plan<S>) -> &Value {
+    &plan
+        .apply
+        .iter()
+        .find(|c| c.object_ref.kind == "Job")
+        .unwrap()
+        .object
+}
+
 #[test]
 fn a_workload_says_where_the_job_stands_and_evictions_are_counted() {
     let none = standing("gryvia", None, None);
@@ -320,26 +348,16 @@ fn a_workload_says_where_the_job_stands_and_evictions_are_counted() {
         (a.state.as_str(), a.cluster_queue.as_deref(), a.evictions),
         ("Admitted", Some("queue-a"), 0)
     );
-    let evicted = workload(vec![
+    let mut evicted = evicted_workload();
+    evicted.conditions.insert(
+        0,
         cond(
             "QuotaReserved",
             false,
             "Pending",
             "insufficient unused quota",
         ),
-        cond(
-            "Evicted",
-            true,
-            "Preempted",
-            "Preempted to accommodate a workload",
-        ),
-        cond(
-            "Preempted",
-            true,
-            "InClusterQueue",
-            "Preempted to accommodate a workload (UID: u) due to prioritization in the ClusterQueue",
-        ),
-    ]);
+    );
     let e = standing("gryvia", Some(&evicted), Some(&a));
     assert_eq!(e.state, "Evicted");
     assert_eq!(e.reason.as_deref(), Some("InClusterQueue"));
@@ -394,12 +412,7 @@ fn a_job_goes_to_kueue_suspended_and_labelled_and_waits_with_kueues_word() {
         &kueue_world(None, None, true),
         jiff::Timestamp::UNIX_EPOCH,
     );
-    let batch = &plan
-        .apply
-        .iter()
-        .find(|c| c.object_ref.kind == "Job")
-        .unwrap()
-        .object;
+    let batch = batch_job(&plan);
     assert_eq!(batch["spec"]["suspend"], json!(true));
     assert_eq!(
         batch["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
@@ -427,12 +440,7 @@ fn a_job_goes_to_kueue_suspended_and_labelled_and_waits_with_kueues_word() {
         &kueue_world(Some(suspended.clone()), Some(waiting), true),
         jiff::Timestamp::UNIX_EPOCH,
     );
-    let batch = &plan
-        .apply
-        .iter()
-        .find(|c| c.object_ref.kind == "Job")
-        .unwrap()
-        .object;
+    let batch = batch_job(&plan);
     assert_eq!(
         batch["spec"]["suspend"],
         json!(true),
@@ -463,12 +471,7 @@ fn a_job_goes_to_kueue_suspended_and_labelled_and_waits_with_kueues_word() {
         &kueue_world(Some(running), Some(admitted), true),
         jiff::Timestamp::UNIX_EPOCH,
     );
-    let batch = &plan
-        .apply
-        .iter()
-        .find(|c| c.object_ref.kind == "Job")
-        .unwrap()
-        .object;
+    let batch = batch_job(&plan);
     assert_eq!(batch["spec"]["suspend"], json!(false));
     assert_eq!(plan.status.unwrap().kueue.unwrap().state, "Admitted");
 }
@@ -485,20 +488,7 @@ fn a_kueue_eviction_is_a_preemption_that_uses_no_retry() {
         ..gryvia_types::GryviaAIJobStatus::default()
     };
     job.status = Some(before);
-    let evicted = workload(vec![
-        cond(
-            "Evicted",
-            true,
-            "Preempted",
-            "Preempted to accommodate a workload",
-        ),
-        cond(
-            "Preempted",
-            true,
-            "InClusterQueue",
-            "Preempted to accommodate a higher-priority workload",
-        ),
-    ]);
+    let evicted = evicted_workload();
     let stopping = ObservedJob {
         owned: true,
         suspended: true,
@@ -535,4 +525,83 @@ fn a_kueue_eviction_is_a_preemption_that_uses_no_retry() {
     );
     assert_eq!(status.phase, Some(JobPhase::Pending));
     assert_eq!(status.kueue.unwrap().evictions, 1);
+}
+
+#[test]
+fn a_job_goes_to_the_queue_its_batch_job_was_made_for_else_its_label_else_the_namespaces() {
+    use gryvia_reconcile::kueue::{covers, local_queue_for};
+    let q = queue(
+        "q",
+        json!({"namespaces": ["ml"], "resources": [{"gpuType": H100, "nominal": 8}]}),
+    );
+    assert!(covers("ml", [&q], std::iter::empty()));
+    assert!(covers("tenant-vision", [], ["vision"].into_iter()));
+    assert!(!covers("other", [&q], ["vision"].into_iter()));
+    // A batch Job keeps the LocalQueue it was made for, or none (made before Kueue).
+    assert_eq!(
+        local_queue_for(Some(Some("lq")), None, true, true).as_deref(),
+        Some("lq")
+    );
+    assert_eq!(local_queue_for(Some(None), Some("mine"), true, true), None);
+    // A new one: the job's label, Gryvia's LocalQueue, `default`, or none.
+    assert_eq!(
+        local_queue_for(None, Some("mine"), true, true).as_deref(),
+        Some("mine")
+    );
+    assert_eq!(
+        local_queue_for(None, None, true, true).as_deref(),
+        Some(LOCAL_QUEUE)
+    );
+    assert_eq!(
+        local_queue_for(None, None, false, true).as_deref(),
+        Some("default")
+    );
+    assert_eq!(local_queue_for(None, None, false, false), None);
+}
+
+#[test]
+fn the_world_counts_gpus_per_product_and_the_priorities_of_unfinished_jobs() {
+    let node = |name: &str, product: &str, gpus: u32| -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": gpus.to_string()}}
+        }))
+        .unwrap()
+    };
+    let mut done = ai_job("ml", "done", "img");
+    done.spec.priority = 7;
+    done.status = Some(gryvia_types::GryviaAIJobStatus {
+        phase: Some(JobPhase::Succeeded),
+        ..gryvia_types::GryviaAIJobStatus::default()
+    });
+    let mut tiered = ai_job("ml", "tiered", "img");
+    tiered.metadata.annotations = Some(BTreeMap::from([(
+        "gryvia.io/priority-class".to_owned(),
+        "prod".to_owned(),
+    )]));
+    let mut leaving = tenant("leaving", json!({}));
+    leaving.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+    );
+    let w = KueueWorld::of(
+        &[tenant("ml", json!({})), leaving],
+        &[],
+        &[],
+        &[node("a", H100, 8), node("b", H100, 8), node("c", A100, 4)],
+        &[ai_job("ml", "plain", "img"), tiered, done],
+    );
+    assert_eq!(
+        w.gpus_per_product,
+        BTreeMap::from([(A100.to_owned(), 4), (H100.to_owned(), 16)])
+    );
+    assert_eq!(
+        w.job_priorities,
+        BTreeSet::from([(None, 50), (Some("prod".to_owned()), 50)])
+    );
+    let names: Vec<&str> = w
+        .tenants
+        .iter()
+        .filter_map(|t| t.metadata.name.as_deref())
+        .collect();
+    assert_eq!(names, vec!["ml"], "a tenant being deleted gets no queue");
 }

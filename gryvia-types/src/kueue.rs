@@ -54,7 +54,7 @@ pub struct ResourceFlavorSpec {
     group = "kueue.x-k8s.io",
     version = "v1beta2",
     kind = "ClusterQueue",
-    status = "ClusterQueueStatus",
+    status = "QueueStatus",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
@@ -124,10 +124,10 @@ pub struct ClusterQueuePreemption {
     pub within_cluster_queue: Option<String>,
 }
 
-/// What Kueue reports about a ClusterQueue.
+/// What Kueue reports about a ClusterQueue or a LocalQueue.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterQueueStatus {
+pub struct QueueStatus {
     /// `Active` and its reason.
     #[serde(default)]
     pub conditions: Vec<Condition>,
@@ -146,28 +146,13 @@ pub struct ClusterQueueStatus {
     version = "v1beta2",
     kind = "LocalQueue",
     namespaced,
-    status = "LocalQueueStatus",
+    status = "QueueStatus",
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct LocalQueueSpec {
     /// The ClusterQueue.
     pub cluster_queue: String,
-}
-
-/// What Kueue reports about a LocalQueue.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct LocalQueueStatus {
-    /// `Active` and its reason.
-    #[serde(default)]
-    pub conditions: Vec<Condition>,
-    /// Workloads waiting.
-    #[serde(default)]
-    pub pending_workloads: i32,
-    /// Workloads admitted.
-    #[serde(default)]
-    pub admitted_workloads: i32,
 }
 
 /// A WorkloadPriorityClass: the priority of the workloads whose job names it (label

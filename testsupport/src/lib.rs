@@ -362,6 +362,33 @@ where
     }
 }
 
+/// Waits until object `name` of `api` exists and satisfies `check` (polled as
+/// [`wait_for`] does), and returns it.
+///
+/// # Panics
+/// After `timeout`, naming `what` and showing the object as it is then.
+pub async fn wait_object<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&K) -> bool,
+) -> K
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let check = &check;
+    let found = wait_for(&format!("{name}: {what}"), timeout, || {
+        let api = api.clone();
+        async move { api.get(name).await.ok().filter(|o| check(o)) }
+    })
+    .await;
+    match found {
+        Ok(o) => o,
+        Err(e) => panic!("{e:#}; now: {:?}", api.get(name).await),
+    }
+}
+
 /// Label every node of a [`KwokNodes`] group carries, with the group's id as value.
 pub const NODE_GROUP_LABEL: &str = "gryvia.io/e2e-group";
 /// Taint on every node of a [`KwokNodes`] group, so the scheduler keeps other tests' pods

@@ -7,6 +7,9 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+#[allow(dead_code, reason = "each test file uses part of the shared harness")]
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
@@ -124,15 +127,7 @@ impl Setup {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // The operator runs under exactly the RBAC of deploy/ai-operator.
-        let access = ServiceAccountAccess::create(
-            &client,
-            "deploy/ai-operator/rbac.yaml",
-            "gryvia-ai-operator",
-            &lease_ns.name,
-            "ai-operator",
-        )
-        .await
-        .unwrap();
+        let access = common::operator_access(&client, &lease_ns.name).await;
         let operator = Process::start(
             env!("CARGO_BIN_EXE_gryvia-ai-operator"),
             &args,

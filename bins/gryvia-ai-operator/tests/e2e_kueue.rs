@@ -6,10 +6,13 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+#[allow(dead_code, reason = "each test file uses part of the shared harness")]
+mod common;
+
 use std::time::Duration;
 
 use gryvia_testsupport::{
-    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, unique, wait_for,
+    KwokNodes, Process, ServiceAccountAccess, TestNamespace, unique, wait_for, wait_object,
 };
 use gryvia_types::kueue::{ClusterQueue, LocalQueue, ResourceFlavor, WorkloadPriorityClass};
 use gryvia_types::scheduling::GryviaQueue;
@@ -104,15 +107,7 @@ impl Setup {
             .unwrap();
         let lease_ns = TestNamespace::create(&client, "kop").await.unwrap();
         let ns = TestNamespace::create(&client, name).await.unwrap();
-        let access = ServiceAccountAccess::create(
-            &client,
-            "deploy/ai-operator/rbac.yaml",
-            "gryvia-ai-operator",
-            &lease_ns.name,
-            "ai-operator",
-        )
-        .await
-        .unwrap();
+        let access = common::operator_access(&client, &lease_ns.name).await;
         let (operator, _) = Process::operator(
             env!("CARGO_BIN_EXE_gryvia-ai-operator"),
             &lease_ns.name,
@@ -179,26 +174,10 @@ impl Setup {
         name.to_owned()
     }
 
-    /// A job of `workers` workers of `gpus` GPUs each on the test's GPU product, whose pods
-    /// run 10 minutes (until deleted), with `extra` merged into its spec.
-    fn job_body(&self, name: &str, gpus: i32, workers: i32, extra: &Value) -> Value {
-        let mut spec = json!({
-            "image": "registry.local/train:1", "gpus": gpus, "replicas": workers,
-            "gpuType": self.product,
-            "tolerations": [{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "podAnnotations": {"gryvia.io/testenv-duration": "600s"},
-        });
-        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-            for (k, v) in e {
-                s.insert(k.clone(), v.clone());
-            }
-        }
-        json!({"metadata": {"name": name}, "spec": spec})
-    }
-
     async fn submit_in(&self, ns: &str, name: &str, gpus: i32, workers: i32, extra: Value) {
         let mut job: GryviaAIJob =
-            serde_json::from_value(self.job_body(name, gpus, workers, &extra)).unwrap();
+            serde_json::from_value(common::gpu_job(name, gpus, workers, &self.product, &extra))
+                .unwrap();
         job.metadata.namespace = Some(ns.to_owned());
         Api::<GryviaAIJob>::namespaced(self.client.clone(), ns)
             .create(&PostParams::default(), &job)
@@ -220,26 +199,7 @@ impl Setup {
         check: impl Fn(&GryviaAIJob) -> bool,
     ) -> GryviaAIJob {
         let api: Api<GryviaAIJob> = Api::namespaced(self.client.clone(), ns);
-        let check = &check;
-        let result = wait_for(
-            &format!("job {name}: {what}"),
-            Duration::from_secs(120),
-            || {
-                let api = api.clone();
-                async move {
-                    let j = api.get(name).await.ok()?;
-                    check(&j).then_some(j)
-                }
-            },
-        )
-        .await;
-        match result {
-            Ok(j) => j,
-            Err(e) => {
-                let now = api.get(name).await.map(|j| j.status);
-                panic!("{e:#}; status now: {now:?}")
-            }
-        }
+        wait_object(&api, name, what, Duration::from_secs(120), check).await
     }
 
     async fn wait_job(
@@ -281,22 +241,16 @@ impl Setup {
     /// Waits until the Kueue object `name` of `api` exists and satisfies `check`.
     async fn wait_kueue<K>(&self, api: Api<K>, name: &str, check: impl Fn(&K) -> bool) -> K
     where
-        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let check = &check;
-        let found = wait_for(
-            &format!("{} {name}", K::kind(&())),
+        wait_object(
+            &api,
+            name,
+            "as the integration makes it",
             Duration::from_secs(60),
-            || {
-                let api = api.clone();
-                async move { api.get(name).await.ok().filter(|o| check(o)) }
-            },
+            check,
         )
-        .await;
-        match found {
-            Ok(o) => o,
-            Err(e) => panic!("{e:#}; now: {:?}", api.get(name).await),
-        }
+        .await
     }
 }
 
@@ -505,6 +459,10 @@ async fn priority_preemption_requeues_the_victim_without_using_a_retry() {
         .await;
     let preempted = condition(&low, "Preempted").unwrap();
     assert!(!preempted.message.is_empty(), "{preempted:?}");
+    assert_eq!(
+        preempted.reason, "InClusterQueue",
+        "Kueue's reason: {preempted:?}"
+    );
     s.wait_running("high").await;
     let low = s
         .wait_job("low", "requeued, Pending", |j| {

@@ -8,12 +8,14 @@
 //! (`cargo test --workspace` builds both; with `-p gryvia-ai-operator` build it first with
 //! `cargo build -p gryvia-quota-operator`).
 
+#[allow(dead_code, reason = "each test file uses part of the shared harness")]
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use gryvia_testsupport::{
-    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, free_port, unique,
-    wait_for,
+    KwokNodes, NODE_GROUP_TAINT, Process, TestNamespace, free_port, unique, wait_for,
 };
 use gryvia_types::{
     BudgetState, GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaUsageRecord, JobPhase,
@@ -162,15 +164,7 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
         "quota-operator-chain",
     )
     .unwrap();
-    let access = ServiceAccountAccess::create(
-        &client,
-        "deploy/ai-operator/rbac.yaml",
-        "gryvia-ai-operator",
-        &lease_ns.name,
-        "ai-operator",
-    )
-    .await
-    .unwrap();
+    let access = common::operator_access(&client, &lease_ns.name).await;
     let hook_addr = format!("127.0.0.1:{}", free_port());
     let hook_url = format!("https://{hook_addr}");
     let selector = format!("kubernetes.io/metadata.name={}", ns.name);

@@ -6,11 +6,14 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+#[allow(dead_code, reason = "each test file uses part of the shared harness")]
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use gryvia_testsupport::{
-    KwokNodes, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace, unique, wait_for,
+    KwokNodes, Process, ServiceAccountAccess, TestNamespace, unique, wait_for, wait_object,
 };
 use gryvia_types::labels;
 use gryvia_types::scheduling::GryviaQueue;
@@ -62,15 +65,7 @@ impl Setup {
             .unwrap();
         let lease_ns = TestNamespace::create(&client, "qop").await.unwrap();
         let ns = TestNamespace::create(&client, name).await.unwrap();
-        let access = ServiceAccountAccess::create(
-            &client,
-            "deploy/ai-operator/rbac.yaml",
-            "gryvia-ai-operator",
-            &lease_ns.name,
-            "ai-operator",
-        )
-        .await
-        .unwrap();
+        let access = common::operator_access(&client, &lease_ns.name).await;
         let mut operators = Vec::new();
         for i in 0..replicas {
             let identity = format!("replica-{i}");
@@ -121,21 +116,8 @@ impl Setup {
         self.jobs_in(&self.ns.name)
     }
 
-    /// A job of `workers` workers of `gpus` GPUs each on the test's GPU product, whose pods
-    /// run 10 minutes (until deleted), with `extra` merged into its spec.
     fn job_body(&self, name: &str, gpus: i32, workers: i32, extra: &Value) -> Value {
-        let mut spec = json!({
-            "image": "registry.local/train:1", "gpus": gpus, "replicas": workers,
-            "gpuType": self.product,
-            "tolerations": [{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "podAnnotations": {"gryvia.io/testenv-duration": "600s"},
-        });
-        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-            for (k, v) in e {
-                s.insert(k.clone(), v.clone());
-            }
-        }
-        json!({"metadata": {"name": name}, "spec": spec})
+        common::gpu_job(name, gpus, workers, &self.product, extra)
     }
 
     async fn submit_in(&self, ns: &str, body: Value) -> GryviaAIJob {
@@ -160,27 +142,14 @@ impl Setup {
         what: &str,
         check: impl Fn(&GryviaAIJob) -> bool,
     ) -> GryviaAIJob {
-        let api = self.jobs_in(ns);
-        let check = &check;
-        let result = wait_for(
-            &format!("job {name}: {what}"),
+        wait_object(
+            &self.jobs_in(ns),
+            name,
+            what,
             Duration::from_secs(120),
-            || {
-                let api = api.clone();
-                async move {
-                    let j = api.get(name).await.ok()?;
-                    check(&j).then_some(j)
-                }
-            },
+            check,
         )
-        .await;
-        match result {
-            Ok(j) => j,
-            Err(e) => {
-                let now = api.get(name).await.map(|j| j.status);
-                panic!("{e:#}; status now: {now:?}")
-            }
-        }
+        .await
     }
 
     async fn wait_job(
@@ -206,20 +175,7 @@ impl Setup {
 
     async fn wait_queue(&self, name: &str, what: &str, check: impl Fn(&GryviaQueue) -> bool) {
         let api: Api<GryviaQueue> = Api::all(self.client.clone());
-        let check = &check;
-        let result = wait_for(
-            &format!("queue {name}: {what}"),
-            Duration::from_secs(60),
-            || {
-                let api = api.clone();
-                async move { api.get(name).await.ok().filter(|q| check(q)) }
-            },
-        )
-        .await;
-        if let Err(e) = result {
-            let now = api.get(name).await.map(|q| q.status);
-            panic!("{e:#}; status now: {now:?}")
-        }
+        wait_object(&api, name, what, Duration::from_secs(60), check).await;
     }
 
     async fn pods_in(&self, ns: &str, job: &str) -> Vec<Pod> {

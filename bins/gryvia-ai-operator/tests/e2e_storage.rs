@@ -3,9 +3,12 @@
 //! PersistentVolumeClaim, kube-controller-manager binds it to a PersistentVolume, the
 //! scheduler places the workers with it and every worker mounts it at `/data`.
 
+#[allow(dead_code, reason = "each test file uses part of the shared harness")]
+mod common;
+
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, ServiceAccountAccess, TestNamespace, unique, wait_for};
+use gryvia_testsupport::{Process, TestNamespace, unique, wait_for};
 use gryvia_types::{GryviaAIJob, JobPhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -59,15 +62,7 @@ async fn a_job_with_storage_gets_a_bound_claim_that_every_worker_mounts_at_data(
         .unwrap();
     let _pv = VolumeCleanup(pv_name.clone());
 
-    let access = ServiceAccountAccess::create(
-        &client,
-        "deploy/ai-operator/rbac.yaml",
-        "gryvia-ai-operator",
-        &lease_ns.name,
-        "ai-operator",
-    )
-    .await
-    .unwrap();
+    let access = common::operator_access(&client, &lease_ns.name).await;
     let (_operator, _port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-ai-operator"),
         &lease_ns.name,

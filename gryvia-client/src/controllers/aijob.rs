@@ -10,13 +10,14 @@ use gryvia_reconcile::aijob::{
     AIJobReconciler, AIJobWorld, KueueJobWorld, ObservedJob, ObservedNode, ObservedPod,
     kueue_priority_class,
 };
-use gryvia_reconcile::kueue::{LOCAL_QUEUE, ObservedWorkload};
+use gryvia_reconcile::kueue::{LOCAL_QUEUE, ObservedWorkload, covers, local_queue_for};
 use gryvia_types::kueue::{self, LocalQueue, Workload, WorkloadPriorityClass};
 use gryvia_types::scheduling::GryviaQueue;
 use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -34,17 +35,18 @@ pub struct AIJobObserver {
     pods: Store<Pod>,
     nodes: Store<Node>,
     classes: Store<PriorityClass>,
-    /// The queues, when the native queue scheduler runs: a job of a namespace one covers
-    /// waits for its admission.
+    /// How jobs are scheduled.
+    scheduling: Scheduling,
+    /// The queues, with the native queue (a job of a namespace one covers waits for its
+    /// admission) or Kueue (such a namespace has Gryvia's LocalQueue).
     queues: Option<Store<GryviaQueue>>,
-    /// LocalQueues, Workloads and WorkloadPriorityClasses, with the Kueue integration.
+    /// Tenants, LocalQueues, Workloads and WorkloadPriorityClasses, with the Kueue integration.
     kueue: Option<KueueStores>,
 }
 
 /// What the AI job controller reads of Kueue.
 struct KueueStores {
     local_queues: Store<LocalQueue>,
-    queues: Store<GryviaQueue>,
     tenants: Store<GryviaTenant>,
     workloads: Store<Workload>,
     classes: Store<WorkloadPriorityClass>,
@@ -64,8 +66,7 @@ pub enum Scheduling {
 }
 
 impl AIJobObserver {
-    /// An observer reading the caches of `shared`; with `native_queue`, jobs of namespaces a
-    /// GryviaQueue covers wait for the queue.
+    /// An observer reading the caches of `shared` for jobs scheduled as `scheduling` says.
     pub fn new(shared: &Shared, scheduling: Scheduling) -> Self {
         AIJobObserver {
             client: shared.client.clone(),
@@ -73,10 +74,10 @@ impl AIJobObserver {
             pods: shared.caches.store_labelled(labels::JOB_NAME),
             nodes: shared.caches.store(),
             classes: shared.caches.store(),
-            queues: (scheduling == Scheduling::NativeQueue).then(|| shared.caches.store()),
+            scheduling,
+            queues: (scheduling != Scheduling::Direct).then(|| shared.caches.store()),
             kueue: (scheduling == Scheduling::Kueue).then(|| KueueStores {
                 local_queues: shared.caches.store(),
-                queues: shared.caches.store(),
                 tenants: shared.caches.store(),
                 workloads: shared.caches.store(),
                 classes: shared.caches.store(),
@@ -87,39 +88,32 @@ impl AIJobObserver {
     /// What Kueue knows of `job` (never without the Kueue integration): the LocalQueue it
     /// goes to, whether its priority class exists, and the Workload of its batch Job `batch`.
     async fn kueue(&self, job: &GryviaAIJob, batch: Option<&Job>) -> Result<Option<KueueJobWorld>> {
-        let Some(k) = &self.kueue else {
+        let (Some(k), Some(queues)) = (&self.kueue, &self.queues) else {
             return Ok(None);
         };
         wait_ready(&k.local_queues, "LocalQueue").await?;
-        wait_ready(&k.queues, "GryviaQueue").await?;
+        wait_ready(queues, "GryviaQueue").await?;
         wait_ready(&k.tenants, "GryviaTenant").await?;
         wait_ready(&k.workloads, "Workload").await?;
         wait_ready(&k.classes, "WorkloadPriorityClass").await?;
         let ns = job.namespace().unwrap_or_default();
-        let label = |labels: Option<&BTreeMap<String, String>>| {
-            labels.and_then(|l| l.get(kueue::QUEUE_NAME)).cloned()
-        };
-        let local_queue = match batch {
-            // A Job keeps the LocalQueue it was made for (or none, made before Kueue).
-            Some(b) => label(b.metadata.labels.as_ref()),
-            // A namespace the integration covers goes to its LocalQueue, also before the
-            // integration made it (Kueue holds the Workload until then).
-            None => label(job.metadata.labels.as_ref()).or_else(|| {
-                let covered = cached(&k.local_queues, Some(&ns), LOCAL_QUEUE).is_some()
-                    || k.queues
-                        .state()
-                        .iter()
-                        .any(|q| q.spec.namespaces.contains(&ns))
-                    || ns
-                        .strip_prefix("tenant-")
-                        .is_some_and(|t| cached(&k.tenants, None, t).is_some());
-                if covered {
-                    Some(LOCAL_QUEUE.to_owned())
-                } else {
-                    cached(&k.local_queues, Some(&ns), "default").map(|_| "default".to_owned())
-                }
-            }),
-        };
+        let label = |meta: &ObjectMeta| meta.labels.as_ref()?.get(kueue::QUEUE_NAME).cloned();
+        let batch_queue = batch.map(|b| label(&b.metadata));
+        let covered = cached(&k.local_queues, Some(&ns), LOCAL_QUEUE).is_some()
+            || covers(
+                &ns,
+                queues.state().iter().map(AsRef::as_ref),
+                k.tenants
+                    .state()
+                    .iter()
+                    .filter_map(|t| t.metadata.name.as_deref()),
+            );
+        let local_queue = local_queue_for(
+            batch_queue.as_ref().map(Option::as_deref),
+            label(&job.metadata).as_deref(),
+            covered,
+            cached(&k.local_queues, Some(&ns), "default").is_some(),
+        );
         let workload = batch
             .and_then(|b| b.metadata.uid.as_deref())
             .and_then(|uid| {
@@ -139,7 +133,7 @@ impl AIJobObserver {
 
     /// Whether a GryviaQueue covers `namespace` (never without the native queue scheduler).
     async fn queued(&self, namespace: &str) -> Result<bool> {
-        let Some(queues) = &self.queues else {
+        let (Scheduling::NativeQueue, Some(queues)) = (self.scheduling, &self.queues) else {
             return Ok(false);
         };
         wait_ready(queues, "GryviaQueue").await?;

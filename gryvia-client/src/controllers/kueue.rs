@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, owned, wake_on};
 use crate::Result;
 use crate::apply::Executor;
 use crate::cache::wait_ready;
@@ -55,37 +55,6 @@ struct Integration {
     executor: Executor,
     metrics: Metrics,
     problems: Mutex<Vec<String>>,
-}
-
-/// The (tier, `spec.priority`) of each unfinished job.
-pub fn job_priorities(jobs: &[Arc<GryviaAIJob>]) -> BTreeSet<(Option<String>, i32)> {
-    jobs.iter()
-        .filter(|j| {
-            !j.status
-                .as_ref()
-                .is_some_and(|s| s.phase.is_some_and(JobPhase::is_finished))
-        })
-        .map(|j| {
-            let tier = j
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(labels::PRIORITY_CLASS))
-                .cloned();
-            (tier, j.spec.priority)
-        })
-        .collect()
-}
-
-/// Allocatable GPUs per product of `nodes`.
-pub fn gpus_per_product(nodes: &[Arc<Node>]) -> BTreeMap<String, i64> {
-    let mut out: BTreeMap<String, i64> = BTreeMap::new();
-    for n in nodes {
-        if let Some(p) = facts::gpu_product(n) {
-            *out.entry(p.to_owned()).or_default() += facts::gpus_allocatable(n);
-        }
-    }
-    out
 }
 
 /// The fields of `object` Gryvia decides: everything but the metadata Kubernetes adds, with
@@ -198,26 +167,13 @@ impl Integration {
 
     /// What the world asks for now.
     fn desired(&self) -> Desired {
-        let live = |o: &Arc<GryviaTenant>| o.metadata.deletion_timestamp.is_none();
-        let world = KueueWorld {
-            tenants: self
-                .tenants
-                .state()
-                .iter()
-                .filter(|t| live(t))
-                .map(|t| (**t).clone())
-                .collect(),
-            queues: self.queues.state().iter().map(|q| (**q).clone()).collect(),
-            priorities: self
-                .priorities
-                .state()
-                .iter()
-                .map(|p| (**p).clone())
-                .collect(),
-            gpus_per_product: gpus_per_product(&self.nodes.state()),
-            job_priorities: job_priorities(&self.jobs.state()),
-        };
-        policy::desired(&world)
+        policy::desired(&KueueWorld::of(
+            &owned(&self.tenants.state()),
+            &owned(&self.queues.state()),
+            &owned(&self.priorities.state()),
+            &owned(&self.nodes.state()),
+            &owned(&self.jobs.state()),
+        ))
     }
 
     /// One cycle: decide, apply what differs (flavors and classes before the queues that
@@ -309,28 +265,15 @@ fn node_key(node: &Node) -> Option<u64> {
 pub fn controller(shared: &Shared) -> Running {
     let caches = &shared.caches;
     let triggers = stream::select_all(vec![
-        changed(caches.subscribe::<GryviaTenant>(), spec_or_lifecycle)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<GryviaQueue>(), spec_or_lifecycle)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<GryviaPriority>(), spec_or_lifecycle)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<Node>(), node_key)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<GryviaAIJob>(), job_key)
-            .map(|_| ())
-            .boxed(),
-        caches.subscribe::<ResourceFlavor>().map(|_| ()).boxed(),
-        caches.subscribe::<ClusterQueue>().map(|_| ()).boxed(),
-        caches.subscribe::<LocalQueue>().map(|_| ()).boxed(),
-        caches
-            .subscribe::<WorkloadPriorityClass>()
-            .map(|_| ())
-            .boxed(),
+        wake_on::<GryviaTenant>(caches, spec_or_lifecycle),
+        wake_on::<GryviaQueue>(caches, spec_or_lifecycle),
+        wake_on::<GryviaPriority>(caches, spec_or_lifecycle),
+        wake_on::<Node>(caches, node_key),
+        wake_on::<GryviaAIJob>(caches, job_key),
+        wake_on::<ResourceFlavor>(caches, |_| None),
+        wake_on::<ClusterQueue>(caches, |_| None),
+        wake_on::<LocalQueue>(caches, |_| None),
+        wake_on::<WorkloadPriorityClass>(caches, |_| None),
     ]);
     let integration = Arc::new(Integration::new(shared));
     super::cycles(

@@ -110,6 +110,15 @@ where
     })
 }
 
+/// A wake-up of a [`cycles`] controller whenever an object of kind `K` changes in what `key`
+/// hashes (`None` from `key`: every change).
+pub fn wake_on<K>(caches: &Caches, key: fn(&K) -> Option<u64>) -> BoxStream<'static, ()>
+where
+    K: crate::cache::Cacheable,
+{
+    changed(caches.subscribe::<K>(), key).map(|_| ()).boxed()
+}
+
 /// Every object of `store`, for a trigger that concerns them all.
 pub fn all_of<K>(store: &Store<K>) -> Vec<ObjectRef<K>>
 where

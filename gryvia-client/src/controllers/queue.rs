@@ -28,7 +28,7 @@ use kube::runtime::reflector::Store;
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, owned, wake_on};
 use crate::Result;
 use crate::apply::Executor;
 use crate::cache::wait_ready;
@@ -178,18 +178,13 @@ impl Scheduler {
             controller: FIELD_MANAGER.to_owned(),
         };
         self.metrics.reconciles.get_or_create(&labels).inc();
-        let queues: Vec<GryviaQueue> = self.queues.state().iter().map(|q| (**q).clone()).collect();
-        let mut jobs: Vec<GryviaAIJob> = self.jobs.state().iter().map(|j| (**j).clone()).collect();
+        let queues = owned(&self.queues.state());
+        let mut jobs = owned(&self.jobs.state());
         fold_written(&mut jobs, &mut self.written());
-        let priorities: Vec<GryviaPriority> = self
-            .priorities
-            .state()
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
-        let nodes: Vec<Node> = self.nodes.state().iter().map(|n| (**n).clone()).collect();
+        let priorities = owned(&self.priorities.state());
+        let nodes = owned(&self.nodes.state());
         let pods = self.pods.state();
-        let plain: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
+        let plain = owned(&pods);
         // Whole seconds: what the API server keeps of a time, so a written admission reads
         // back equal.
         let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
@@ -336,21 +331,11 @@ fn pod_key(pod: &Pod) -> Option<u64> {
 pub fn controller(shared: &Shared) -> Running {
     let caches = &shared.caches;
     let triggers = stream::select_all(vec![
-        changed(caches.subscribe::<GryviaQueue>(), spec_or_lifecycle)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<GryviaAIJob>(), job_key)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<GryviaPriority>(), spec_or_lifecycle)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<Node>(), node_key)
-            .map(|_| ())
-            .boxed(),
-        changed(caches.subscribe::<Pod>(), pod_key)
-            .map(|_| ())
-            .boxed(),
+        wake_on::<GryviaQueue>(caches, spec_or_lifecycle),
+        wake_on::<GryviaAIJob>(caches, job_key),
+        wake_on::<GryviaPriority>(caches, spec_or_lifecycle),
+        wake_on::<Node>(caches, node_key),
+        wake_on::<Pod>(caches, pod_key),
     ]);
     let scheduler = Arc::new(Scheduler::new(shared));
     super::cycles(

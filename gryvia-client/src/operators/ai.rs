@@ -1,6 +1,6 @@
 //! The ai-operator: AI jobs, templates, priorities and workflows; reservations, job hooks,
-//! the native queue scheduler and the Kueue integration opt-in; the admission webhooks when `--webhook-addr` is given
-//! (on every replica).
+//! the native queue scheduler and the Kueue integration opt-in; the admission webhooks when
+//! `--webhook-addr` is given (on every replica).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
