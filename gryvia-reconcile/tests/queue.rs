@@ -1077,3 +1077,37 @@ fn workers_go_only_where_their_node_selector_and_tolerations_let_them() {
     };
     assert!(any.tolerates(&t) && !wrong.tolerates(&t));
 }
+
+#[test]
+fn decisions_are_written_first_and_standings_within_a_budget_heads_and_new_jobs_first() {
+    use gryvia_reconcile::queue::{JobKey, JobWrite, QueueFields, within_budget};
+    let write = |name: &str, decision: bool, first: bool, position: i32| JobWrite {
+        job: JobKey::new("ml", name),
+        fields: QueueFields {
+            queue: Some(gryvia_reconcile::queue::standing(
+                "q",
+                usize::try_from(position).unwrap(),
+                "why".to_owned(),
+                None,
+            )),
+            ..QueueFields::default()
+        },
+        notice: None,
+        event: None,
+        decision,
+        first_standing: first,
+    };
+    let writes = vec![
+        write("moved-9", false, false, 9),
+        write("moved-2", false, false, 2),
+        write("admit", true, false, 1),
+        write("new-7", false, true, 7),
+        write("preempt", true, false, 5),
+    ];
+    let kept: Vec<String> = within_budget(writes, 2)
+        .into_iter()
+        .map(|w| w.job.name)
+        .collect();
+    // Every decision, then two standings: the new job's, then the head's.
+    assert_eq!(kept, vec!["admit", "preempt", "new-7", "moved-2"]);
+}

@@ -604,10 +604,13 @@ async fn a_higher_priority_job_preempts_with_a_notice_its_pods_see_first_and_no_
 
     s.submit("high", 8, 1, json!({"priority": 90})).await;
     let victim = s
-        .wait_job("low", "Preempted condition", |j| {
-            j.status
-                .as_ref()
-                .is_some_and(|st| gryvia_types::conditions::is_true(&st.conditions, "Preempted"))
+        .wait_job("low", "Preempted condition with its notice", |j| {
+            // Both: once its workers are gone the queue releases it (status.preemption goes)
+            // a moment before the AI job controller takes the condition back.
+            j.status.as_ref().is_some_and(|st| {
+                st.preemption.is_some()
+                    && gryvia_types::conditions::is_true(&st.conditions, "Preempted")
+            })
         })
         .await;
     let notice = victim.status.unwrap().preemption.unwrap();

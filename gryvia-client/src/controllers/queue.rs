@@ -191,7 +191,11 @@ impl Scheduler {
             .unwrap_or_else(|_| jiff::Timestamp::now());
         let world = queue::world_of(&queues, &jobs, &priorities, &nodes, &plain);
         let decided = queue::cycle(&world, now);
-        let writes = queue::job_writes(&jobs, &decided);
+        // Decisions first; the standings of a burst of new jobs follow over later cycles.
+        let writes = queue::within_budget(
+            queue::job_writes(&jobs, &decided),
+            queue::STANDING_WRITES_PER_CYCLE,
+        );
         let by_key: HashMap<JobKey, &GryviaAIJob> = jobs.iter().map(|j| (key_of(j), j)).collect();
         let results: Vec<(JobWrite, Result<()>)> = stream::iter(writes.into_iter().map(|w| {
             let owner = by_key.get(&w.job).copied();
@@ -251,25 +255,37 @@ impl Scheduler {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Writes each queue's status that changed, with an Event for a new problem.
+    /// Writes each queue's status that changed, with an Event for a new problem,
+    /// [`WRITE_PARALLELISM`] at a time.
     async fn write_queues(
         &self,
         queues: &[GryviaQueue],
         decided: &queue::Cycle,
         now: jiff::Timestamp,
     ) -> Result<()> {
-        for q in queues {
-            let Some((status, event)) = queue::queue_status(q, decided, now) else {
-                continue;
-            };
-            let mut plan: Plan<GryviaQueueStatus> = Plan::new();
-            if let Some(e) = event {
-                plan.event(EventType::Warning, &e.reason, e.message);
-            }
-            plan.status = Some(status);
-            self.executor.apply(q, &plan).await?;
-        }
-        Ok(())
+        let plans: Vec<(GryviaQueue, Plan<GryviaQueueStatus>)> = queues
+            .iter()
+            .filter_map(|q| {
+                let (status, event) = queue::queue_status(q, decided, now)?;
+                let mut plan: Plan<GryviaQueueStatus> = Plan::new();
+                if let Some(e) = event {
+                    plan.event(EventType::Warning, &e.reason, e.message);
+                }
+                plan.status = Some(status);
+                Some((q.clone(), plan))
+            })
+            .collect();
+        // As many at once as the jobs' writes: a cycle waits for the slowest, not the sum.
+        stream::iter(
+            plans
+                .into_iter()
+                .map(|(q, plan)| async move { self.executor.apply(&q, &plan).await.map(|_| ()) }),
+        )
+        .buffer_unordered(WRITE_PARALLELISM)
+        .collect::<Vec<Result<()>>>()
+        .await
+        .into_iter()
+        .collect()
     }
 }
 

@@ -48,8 +48,8 @@ pub use nodes::{
 };
 pub use observe::{WhatIf, class_value, what_if, world_of};
 pub use write::{
-    ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, QUEUE_READY, QueueFields, job_writes,
-    notice_annotation, queue_status, same_standing,
+    ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, QUEUE_READY, QueueFields, STANDING_WRITES_PER_CYCLE,
+    job_writes, notice_annotation, queue_status, same_standing, within_budget,
 };
 
 use crate::Timestamp;

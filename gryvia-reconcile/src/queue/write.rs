@@ -101,6 +101,33 @@ pub struct JobWrite {
     pub notice: Option<String>,
     /// What to record.
     pub event: Option<JobEvent>,
+    /// Whether it changes a decision (`admission` or `preemption`), not only the standing.
+    #[serde(default)]
+    pub decision: bool,
+    /// Whether the job has no standing yet (it was never said where it waits).
+    #[serde(default)]
+    pub first_standing: bool,
+}
+
+/// Standing-only writes (a waiting job's position, reason or expected start) per cycle, after
+/// every decision: a burst of pending jobs must not hold admissions back behind thousands of
+/// status writes; the rest follow in later cycles.
+pub const STANDING_WRITES_PER_CYCLE: usize = 64;
+
+/// `writes` in the order they are made: every decision first, then at most `budget`
+/// standing-only writes, jobs never told where they wait first, then the heads of the queues
+/// (by position).
+pub fn within_budget(mut writes: Vec<JobWrite>, budget: usize) -> Vec<JobWrite> {
+    writes.sort_by_key(|w| {
+        (
+            !w.decision,
+            !w.first_standing,
+            w.fields.queue.as_ref().map_or(i32::MAX, |q| q.position),
+        )
+    });
+    let decisions = writes.iter().filter(|w| w.decision).count();
+    writes.truncate(decisions + budget);
+    writes
 }
 
 /// The text of the preemption notice annotation a victim's pods can read (through a
@@ -210,11 +237,15 @@ pub fn job_writes(jobs: &[GryviaAIJob], cycle: &Cycle) -> Vec<JobWrite> {
             continue;
         }
         let notice = preempted.get(&key).map(|n| notice_annotation(n));
+        let decision =
+            fields.admission != current.admission || fields.preemption != current.preemption;
         out.push(JobWrite {
             job: key,
+            first_standing: current.queue.is_none(),
             fields,
             notice,
             event,
+            decision,
         });
     }
     out.sort_by(|a, b| a.job.cmp(&b.job));
