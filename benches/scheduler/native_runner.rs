@@ -4,13 +4,18 @@
 //! queue a GryviaQueue (nominal quota, borrowing limit, reclaim and within-queue preemption as
 //! the scenario says) covering a namespace of its own; per workload set a stream of one-worker
 //! GryviaAIJobs of `request` GPUs of one product, one every `creationIntervalMs`; each job is
-//! finished (deleted, so its quota is free) `runtimeMs` after its admission.
+//! finished (deleted, so its quota is free) `runtimeMs` after its admission. A job preempted
+//! (its `status.preemption` set, or its admission withdrawn) stops: its runtime starts again at
+//! its next admission, and the eviction is counted.
 //!
 //! Writes `wlStates.csv` in the columns of Kueue's runner (id, class name, namespace, name, ms
 //! to admitted, ms to finish, num evictions) and `summary.txt` (wall time, queue usage) into
 //! `--out`, so `benches/scheduler/run` reads both runners the same way.
 //!
-//!   native-scheduler-runner --config FILE --product PRODUCT --out DIR [--timeout SECONDS]
+//!   native-scheduler-runner --config FILE --product PRODUCT --out DIR [--prefix P] [--timeout SECONDS]
+//!
+//! `--prefix` (default `nq`) starts the names of its namespaces, queues and cohorts, so two
+//! runs on one control plane do not share them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,7 +80,15 @@ struct Record {
     class: String,
     namespace: String,
     created: Option<Instant>,
+    /// First admission.
     admitted: Option<Instant>,
+    /// Start of the admission it runs under now (none while waiting or preempted).
+    running_since: Option<Instant>,
+    /// Admissions so far: a finish scheduled under an earlier one is void.
+    admissions: u32,
+    evictions: u32,
+    /// Unit-seconds of quota held under earlier admissions.
+    held: f64,
     finished: Option<Instant>,
     runtime: Duration,
     request: i32,
@@ -92,7 +105,8 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: native-scheduler-runner --config FILE --product PRODUCT --out DIR [--timeout SECONDS]";
+    let usage = "usage: native-scheduler-runner --config FILE --product PRODUCT --out DIR [--prefix P] [--timeout SECONDS]";
+    let prefix = arg(&args, "--prefix").unwrap_or_else(|| "nq".to_owned());
     let config_path = arg(&args, "--config").ok_or_else(|| anyhow::anyhow!(usage))?;
     let product = arg(&args, "--product").ok_or_else(|| anyhow::anyhow!(usage))?;
     let out = std::path::PathBuf::from(arg(&args, "--out").ok_or_else(|| anyhow::anyhow!(usage))?);
@@ -106,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     std::fs::create_dir_all(&out)?;
 
-    let (streams, nominal_total) = create_queues(&client, &config, &product).await?;
+    let (streams, nominal_total) = create_queues(&client, &config, &product, &prefix).await?;
     let records: Records = Arc::default();
     let total: usize = streams
         .iter()
@@ -151,6 +165,7 @@ async fn create_queues(
     client: &kube::Client,
     config: &Config,
     product: &str,
+    prefix: &str,
 ) -> anyhow::Result<(Vec<(String, usize, WorkloadSet)>, i64)> {
     let mut streams = Vec::new();
     let mut nominal_total: i64 = 0;
@@ -158,7 +173,7 @@ async fn create_queues(
         for ci in 0..cohort.count {
             for qs in &cohort.queues_sets {
                 for qi in 0..qs.count {
-                    let name = format!("nq-{c}-{ci}-{qi}");
+                    let name = format!("{prefix}-{c}-{ci}-{qi}");
                     let ns: Namespace = serde_json::from_value(json!({
                         "metadata": {"name": name, "labels": {LABEL: "true"}}
                     }))?;
@@ -169,7 +184,7 @@ async fn create_queues(
                         "metadata": {"name": name, "labels": {LABEL: "true"}},
                         "spec": {
                             "namespaces": [name],
-                            "cohort": format!("cohort-{c}-{ci}"),
+                            "cohort": format!("{prefix}-cohort-{c}-{ci}"),
                             "queueingStrategy": "BestEffortFIFO",
                             "resources": [{"gpuType": product, "nominal": qs.nominal_quota,
                                            "borrowingLimit": qs.borrowing_limit}],
@@ -206,38 +221,60 @@ fn watch_admissions(client: kube::Client, records: Records) -> tokio::task::Join
             else {
                 continue;
             };
-            if job
-                .status
-                .as_ref()
-                .and_then(|s| s.admission.as_ref())
-                .is_none()
-            {
-                continue;
-            }
-            let runtime = {
+            let status = job.status.as_ref();
+            let runs = status.is_some_and(|s| s.admission.is_some() && s.preemption.is_none());
+            let (runtime, admission) = {
                 let mut r = records
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let Some(rec) = r.get_mut(&(ns.clone(), name.clone())) else {
                     continue;
                 };
-                if rec.admitted.is_some() {
-                    continue;
+                match (runs, rec.running_since) {
+                    (true, None) if rec.finished.is_none() => {
+                        let now = Instant::now();
+                        rec.admitted.get_or_insert(now);
+                        rec.running_since = Some(now);
+                        rec.admissions += 1;
+                        (rec.runtime, rec.admissions)
+                    }
+                    (false, Some(since)) => {
+                        // Preempted: what it held so far counts, its runtime starts again.
+                        rec.held += f64::from(rec.request) * since.elapsed().as_secs_f64();
+                        rec.running_since = None;
+                        rec.evictions += 1;
+                        continue;
+                    }
+                    _ => continue,
                 }
-                rec.admitted = Some(Instant::now());
-                rec.runtime
             };
             let client = client.clone();
             let records = records.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(runtime).await;
+                {
+                    let r = records
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let current = r.get(&(ns.clone(), name.clone())).is_some_and(|rec| {
+                        rec.admissions == admission && rec.running_since.is_some()
+                    });
+                    if !current {
+                        return;
+                    }
+                }
                 let api: Api<GryviaAIJob> = Api::namespaced(client, &ns);
                 let _ = api.delete(&name, &DeleteParams::background()).await;
                 let mut r = records
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(rec) = r.get_mut(&(ns, name)) {
-                    rec.finished = Some(Instant::now());
+                    let now = Instant::now();
+                    if let Some(since) = rec.running_since.take() {
+                        rec.held += f64::from(rec.request)
+                            * now.saturating_duration_since(since).as_secs_f64();
+                    }
+                    rec.finished = Some(now);
                 }
             });
         }
@@ -322,14 +359,15 @@ fn report(
     let mut first = None::<Instant>;
     for (i, ((_, name), r)) in records.iter().enumerate() {
         csv.push_str(&format!(
-            "{i},{},{},{name},{},{},0\n",
+            "{i},{},{},{name},{},{},{}\n",
             r.class,
             r.namespace,
             ms(r.created, r.admitted),
-            ms(r.created, r.finished)
+            ms(r.created, r.finished),
+            r.evictions
         ));
-        if let (Some(a), Some(f)) = (r.admitted, r.finished) {
-            used += f64::from(r.request) * f.saturating_duration_since(a).as_secs_f64();
+        used += r.held;
+        if let Some(f) = r.finished {
             last = last.max(f);
         }
         if let Some(c) = r.created {

@@ -39,7 +39,7 @@ use crate::runtime::spec_or_lifecycle;
 pub const FIELD_MANAGER: &str = "gryvia-queue";
 
 /// Changes within this long after the first are decided on together.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// A cycle runs at least this often (expected starts move with time; deletions wake no one).
 pub const RESYNC: Duration = Duration::from_secs(15);
@@ -50,6 +50,16 @@ pub const WRITTEN_TTL: Duration = Duration::from_secs(60);
 /// Writes in flight at once.
 pub const WRITE_PARALLELISM: usize = 16;
 
+/// One standing-only write (a waiting job's position, reason or expected start) may go this
+/// often, at most [`queue::STANDING_WRITES_PER_CYCLE`] saved up: decisions are never held back
+/// by them, and a long queue's positions (which move at every admission ahead) do not flood
+/// the API server.
+pub const STANDING_WRITE_EVERY: Duration = Duration::from_millis(30);
+
+/// A queue's status (counts and GPUs in use) is written at most this often; a change of its
+/// `Ready` condition goes at once.
+pub const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(1);
+
 /// What this replica wrote to a job and when.
 #[derive(Clone, Debug)]
 struct Written {
@@ -58,7 +68,61 @@ struct Written {
     at: Instant,
 }
 
-/// The scheduler's stores, its executor and what it wrote.
+/// What this replica wrote to a queue's status and when.
+#[derive(Clone, Debug)]
+struct WrittenQueue {
+    status: GryviaQueueStatus,
+    at: Instant,
+}
+
+/// One write the writer makes: a job's plan or a queue's.
+enum Write {
+    Job(Box<(GryviaAIJob, JobKey, Plan<QueueFields>)>),
+    Queue(Box<(GryviaQueue, String, Plan<GryviaQueueStatus>)>),
+}
+
+/// What the scheduler remembers between cycles: writes sent and not yet in the cache (folded
+/// into what the next cycle sees, so it neither decides twice nor rewrites), the objects with
+/// a write in flight (never a second one at once: they could land out of order), the last
+/// write of each queue's status, the standing writes it may still make, and the first error of
+/// a write since the last cycle.
+#[derive(Default)]
+struct Memory {
+    jobs: HashMap<JobKey, Written>,
+    queues: HashMap<String, WrittenQueue>,
+    jobs_in_flight: HashSet<JobKey>,
+    queues_in_flight: HashSet<String>,
+    queue_written_at: HashMap<String, Instant>,
+    /// A cycle left a write out (in flight, or a queue written too recently): wake again.
+    deferred: bool,
+    standing_tokens: usize,
+    tokens_at: Option<Instant>,
+    failed: Option<crate::Error>,
+}
+
+impl Memory {
+    /// Standing-only writes this cycle may make: one more every [`STANDING_WRITE_EVERY`]
+    /// since the last count, at most [`queue::STANDING_WRITES_PER_CYCLE`] saved up.
+    fn standing_budget(&mut self, now: Instant) -> usize {
+        let cap = queue::STANDING_WRITES_PER_CYCLE;
+        if let Some(at) = self.tokens_at {
+            let earned = usize::try_from(
+                now.duration_since(at).as_millis() / STANDING_WRITE_EVERY.as_millis(),
+            )
+            .unwrap_or(cap);
+            if earned == 0 {
+                return self.standing_tokens;
+            }
+            self.standing_tokens = self.standing_tokens.saturating_add(earned).min(cap);
+        } else {
+            self.standing_tokens = cap;
+        }
+        self.tokens_at = Some(now);
+        self.standing_tokens
+    }
+}
+
+/// The scheduler's stores, its executor and what it remembers.
 struct Scheduler {
     queues: Store<GryviaQueue>,
     jobs: Store<GryviaAIJob>,
@@ -67,7 +131,11 @@ struct Scheduler {
     pods: Store<Pod>,
     executor: Executor,
     metrics: Metrics,
-    written: Mutex<HashMap<JobKey, Written>>,
+    memory: Mutex<Memory>,
+    /// Writes go to the writer ([`Scheduler::writer`]): a cycle never waits for them.
+    writes: futures::channel::mpsc::UnboundedSender<Write>,
+    /// Wakes a cycle (a write failed, or a cycle deferred one).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 fn key_of(job: &GryviaAIJob) -> JobKey {
@@ -96,6 +164,25 @@ fn fold_written(jobs: &mut [GryviaAIJob], written: &mut HashMap<JobKey, Written>
         status.admission = w.fields.admission.clone();
         status.preemption = w.fields.preemption.clone();
         status.queue = w.fields.queue.clone();
+    }
+    written.retain(|k, _| seen.contains(k));
+}
+
+/// Folds the queue statuses written (and not yet in the cache) into `queues`, the way
+/// [`fold_written`] does for jobs.
+fn fold_written_queues(queues: &mut [GryviaQueue], written: &mut HashMap<String, WrittenQueue>) {
+    let mut seen: HashSet<String> = HashSet::new();
+    for q in queues.iter_mut() {
+        let name = q.metadata.name.clone().unwrap_or_default();
+        let Some(w) = written.get(&name) else {
+            continue;
+        };
+        seen.insert(name.clone());
+        if q.status.as_ref() == Some(&w.status) || w.at.elapsed() > WRITTEN_TTL {
+            written.remove(&name);
+            continue;
+        }
+        q.status = Some(w.status.clone());
     }
     written.retain(|k, _| seen.contains(k));
 }
@@ -143,7 +230,11 @@ fn plan_of(write: &JobWrite, pods: &[Arc<Pod>]) -> Plan<QueueFields> {
 }
 
 impl Scheduler {
-    fn new(shared: &Shared) -> Self {
+    fn new(
+        shared: &Shared,
+        writes: futures::channel::mpsc::UnboundedSender<Write>,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> Self {
         Scheduler {
             queues: shared.caches.store(),
             jobs: shared.caches.store(),
@@ -152,7 +243,9 @@ impl Scheduler {
             pods: shared.caches.store(),
             executor: Executor::new(shared.client.clone(), FIELD_MANAGER).dry_run(shared.dry_run),
             metrics: shared.metrics.clone(),
-            written: Mutex::default(),
+            memory: Mutex::default(),
+            writes,
+            wake,
         }
     }
 
@@ -164,13 +257,15 @@ impl Scheduler {
         wait_ready(&self.pods, "Pod").await
     }
 
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<JobKey, Written>> {
-        self.written
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// One cycle: observe the caches, decide, write what changed.
+    /// One cycle: observe the caches (with what was written and not yet seen), decide, and
+    /// hand what changed to the writer; the first error of a write since the last cycle is
+    /// this cycle's (so failing writes back off).
     async fn cycle(&self) -> Result<()> {
         self.ready().await?;
         let started = Instant::now();
@@ -178,9 +273,13 @@ impl Scheduler {
             controller: FIELD_MANAGER.to_owned(),
         };
         self.metrics.reconciles.get_or_create(&labels).inc();
-        let queues = owned(&self.queues.state());
+        let mut queues = owned(&self.queues.state());
         let mut jobs = owned(&self.jobs.state());
-        fold_written(&mut jobs, &mut self.written());
+        {
+            let mut memory = self.memory();
+            fold_written(&mut jobs, &mut memory.jobs);
+            fold_written_queues(&mut queues, &mut memory.queues);
+        }
         let priorities = owned(&self.priorities.state());
         let nodes = owned(&self.nodes.state());
         let pods = self.pods.state();
@@ -190,50 +289,12 @@ impl Scheduler {
         let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
             .unwrap_or_else(|_| jiff::Timestamp::now());
         let world = queue::world_of(&queues, &jobs, &priorities, &nodes, &plain);
+        let observed = started.elapsed();
         let decided = queue::cycle(&world, now);
-        // Decisions first; the standings of a burst of new jobs follow over later cycles.
-        let writes = queue::within_budget(
-            queue::job_writes(&jobs, &decided),
-            queue::STANDING_WRITES_PER_CYCLE,
-        );
+        let decision = started.elapsed().saturating_sub(observed);
         let by_key: HashMap<JobKey, &GryviaAIJob> = jobs.iter().map(|j| (key_of(j), j)).collect();
-        let results: Vec<(JobWrite, Result<()>)> = stream::iter(writes.into_iter().map(|w| {
-            let owner = by_key.get(&w.job).copied();
-            let plan = plan_of(&w, &pods);
-            async move {
-                let result = match owner {
-                    Some(job) => self.executor.apply(job, &plan).await.map(|_| ()),
-                    None => Ok(()),
-                };
-                (w, result)
-            }
-        }))
-        .buffer_unordered(WRITE_PARALLELISM)
-        .collect()
-        .await;
-        let mut first_error = None;
-        let mut wrote = 0usize;
-        for (w, result) in results {
-            match result {
-                Ok(()) => {
-                    wrote += 1;
-                    let uid = by_key.get(&w.job).and_then(|j| j.metadata.uid.clone());
-                    self.written().insert(
-                        w.job.clone(),
-                        Written {
-                            uid,
-                            fields: w.fields,
-                            at: Instant::now(),
-                        },
-                    );
-                }
-                Err(e) => {
-                    warn!(job = %w.job, error = %e, "could not write the queue's decision");
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        self.write_queues(&queues, &decided, now).await?;
+        let sent = self.send_jobs(&jobs, &decided, &pods, &by_key);
+        let queues_sent = self.send_queues(&queues, &decided, now);
         self.metrics
             .duration
             .get_or_create(&labels)
@@ -247,45 +308,163 @@ impl Scheduler {
                 preempted = decided.preempted.len(),
                 released = decided.released.len(),
                 pending = decided.pending.len(),
-                writes = wrote,
+                writes = sent,
+                queue_writes = queues_sent,
+                observe_ms = observed.as_millis(),
+                decide_ms = decision.as_millis(),
                 took_ms = started.elapsed().as_millis(),
                 "queue cycle"
             );
         }
-        first_error.map_or(Ok(()), Err)
+        self.memory().failed.take().map_or(Ok(()), Err)
     }
 
-    /// Writes each queue's status that changed, with an Event for a new problem,
-    /// [`WRITE_PARALLELISM`] at a time.
-    async fn write_queues(
+    /// Hands the jobs' writes of `decided` to the writer (decisions first, standings within
+    /// their budget; none to a job with a write in flight) and remembers them; how many.
+    fn send_jobs(
+        &self,
+        jobs: &[GryviaAIJob],
+        decided: &queue::Cycle,
+        pods: &[Arc<Pod>],
+        by_key: &HashMap<JobKey, &GryviaAIJob>,
+    ) -> usize {
+        let mut memory = self.memory();
+        let mut writes = queue::job_writes(jobs, decided);
+        let before = writes.len();
+        writes.retain(|w| !memory.jobs_in_flight.contains(&w.job));
+        if writes.len() < before {
+            memory.deferred = true;
+        }
+        let budget = memory.standing_budget(Instant::now());
+        let writes = queue::within_budget(writes, budget);
+        let standings = writes.iter().filter(|w| !w.decision).count();
+        memory.standing_tokens = memory.standing_tokens.saturating_sub(standings);
+        let mut sent = 0;
+        for w in writes {
+            let Some(job) = by_key.get(&w.job) else {
+                continue;
+            };
+            let plan = plan_of(&w, pods);
+            memory.jobs.insert(
+                w.job.clone(),
+                Written {
+                    uid: job.metadata.uid.clone(),
+                    fields: w.fields.clone(),
+                    at: Instant::now(),
+                },
+            );
+            memory.jobs_in_flight.insert(w.job.clone());
+            if self
+                .writes
+                .unbounded_send(Write::Job(Box::new(((*job).clone(), w.job, plan))))
+                .is_ok()
+            {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Hands each queue's status that changed to the writer (at most every
+    /// [`QUEUE_STATUS_EVERY`] unless its `Ready` condition changed), with an Event for a new
+    /// problem; how many.
+    fn send_queues(
         &self,
         queues: &[GryviaQueue],
         decided: &queue::Cycle,
         now: jiff::Timestamp,
-    ) -> Result<()> {
-        let plans: Vec<(GryviaQueue, Plan<GryviaQueueStatus>)> = queues
-            .iter()
-            .filter_map(|q| {
-                let (status, event) = queue::queue_status(q, decided, now)?;
-                let mut plan: Plan<GryviaQueueStatus> = Plan::new();
-                if let Some(e) = event {
-                    plan.event(EventType::Warning, &e.reason, e.message);
+    ) -> usize {
+        let mut memory = self.memory();
+        let mut sent = 0;
+        for q in queues {
+            let Some((status, event)) = queue::queue_status(q, decided, now) else {
+                continue;
+            };
+            let name = q.metadata.name.clone().unwrap_or_default();
+            let ready_changed = q
+                .status
+                .as_ref()
+                .is_none_or(|s| s.conditions != status.conditions);
+            let recent = memory
+                .queue_written_at
+                .get(&name)
+                .is_some_and(|at| at.elapsed() < QUEUE_STATUS_EVERY);
+            if memory.queues_in_flight.contains(&name) || (recent && !ready_changed) {
+                memory.deferred = true;
+                continue;
+            }
+            let mut plan: Plan<GryviaQueueStatus> = Plan::new();
+            if let Some(e) = event {
+                plan.event(EventType::Warning, &e.reason, e.message);
+            }
+            plan.status = Some(status.clone());
+            memory.queues.insert(
+                name.clone(),
+                WrittenQueue {
+                    status,
+                    at: Instant::now(),
+                },
+            );
+            memory.queue_written_at.insert(name.clone(), Instant::now());
+            memory.queues_in_flight.insert(name.clone());
+            if self
+                .writes
+                .unbounded_send(Write::Queue(Box::new((q.clone(), name, plan))))
+                .is_ok()
+            {
+                sent += 1;
+            }
+        }
+        memory
+            .queue_written_at
+            .retain(|_, at| at.elapsed() < QUEUE_STATUS_EVERY);
+        sent
+    }
+
+    /// Makes one write; what it wrote stays remembered until the cache shows it, a failed one
+    /// is forgotten (the next cycle decides again from the cache) and its error is the next
+    /// cycle's.
+    async fn write(&self, write: Write) {
+        let (result, failed_job, failed_queue) = match write {
+            Write::Job(w) => {
+                let (job, key, plan) = *w;
+                let result = self.executor.apply(&job, &plan).await.map(|_| ());
+                if let Err(e) = &result {
+                    warn!(job = %key, error = %e, "could not write the queue's decision");
                 }
-                plan.status = Some(status);
-                Some((q.clone(), plan))
-            })
-            .collect();
-        // As many at once as the jobs' writes: a cycle waits for the slowest, not the sum.
-        stream::iter(
-            plans
-                .into_iter()
-                .map(|(q, plan)| async move { self.executor.apply(&q, &plan).await.map(|_| ()) }),
-        )
-        .buffer_unordered(WRITE_PARALLELISM)
-        .collect::<Vec<Result<()>>>()
-        .await
-        .into_iter()
-        .collect()
+                let mut memory = self.memory();
+                memory.jobs_in_flight.remove(&key);
+                drop(memory);
+                (result, Some(key), None)
+            }
+            Write::Queue(w) => {
+                let (q, name, plan) = *w;
+                let result = self.executor.apply(&q, &plan).await.map(|_| ());
+                if let Err(e) = &result {
+                    warn!(queue = %name, error = %e, "could not write the queue's status");
+                }
+                self.memory().queues_in_flight.remove(&name);
+                (result, None, Some(name))
+            }
+        };
+        let mut memory = self.memory();
+        if let Err(e) = result {
+            if let Some(key) = failed_job {
+                memory.jobs.remove(&key);
+            }
+            if let Some(name) = failed_queue {
+                memory.queues.remove(&name);
+                memory.queue_written_at.remove(&name);
+            }
+            memory.failed.get_or_insert(e);
+            drop(memory);
+            self.wake.notify_one();
+        } else if memory.deferred {
+            // A cycle left this object out while its write was in flight.
+            memory.deferred = false;
+            drop(memory);
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -343,18 +522,49 @@ fn pod_key(pod: &Pod) -> Option<u64> {
 
 /// The queue scheduler: a cycle whenever something that can move a decision changed (and
 /// every [`RESYNC`]); a failed cycle is retried after a back-off, never in a hot loop
-/// ([`super::cycles`]).
+/// ([`super::cycles`]). Its writes go out [`WRITE_PARALLELISM`] at a time while the next
+/// cycles decide.
 pub fn controller(shared: &Shared) -> Running {
     let caches = &shared.caches;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let woken = stream::unfold(wake.clone(), |w| async move {
+        w.notified().await;
+        Some(((), w))
+    });
     let triggers = stream::select_all(vec![
         wake_on::<GryviaQueue>(caches, spec_or_lifecycle),
         wake_on::<GryviaAIJob>(caches, job_key),
         wake_on::<GryviaPriority>(caches, spec_or_lifecycle),
         wake_on::<Node>(caches, node_key),
         wake_on::<Pod>(caches, pod_key),
+        woken.boxed(),
     ]);
-    let scheduler = Arc::new(Scheduler::new(shared));
-    super::cycles(
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let scheduler = Arc::new(Scheduler::new(shared, tx, wake));
+    let writer = {
+        let scheduler = scheduler.clone();
+        rx.for_each_concurrent(WRITE_PARALLELISM, move |w| {
+            let scheduler = scheduler.clone();
+            async move { scheduler.write(w).await }
+        })
+    };
+    // A queue status held back (written too recently) goes with the next cycle; this wakes
+    // one when nothing else does.
+    let deferred = {
+        let scheduler = scheduler.clone();
+        async move {
+            loop {
+                tokio::time::sleep(QUEUE_STATUS_EVERY).await;
+                let mut memory = scheduler.memory();
+                if memory.deferred {
+                    memory.deferred = false;
+                    drop(memory);
+                    scheduler.wake.notify_one();
+                }
+            }
+        }
+    };
+    let cycles = super::cycles(
         FIELD_MANAGER,
         triggers.boxed(),
         RESYNC,
@@ -364,7 +574,14 @@ pub fn controller(shared: &Shared) -> Running {
             let scheduler = scheduler.clone();
             async move { scheduler.cycle().await }
         },
-    )
+    );
+    Box::pin(async move {
+        tokio::select! {
+            () = cycles => {}
+            () = writer => {}
+            () = deferred => {}
+        }
+    })
 }
 
 #[cfg(test)]
@@ -435,5 +652,20 @@ mod tests {
         fold_written(&mut jobs, &mut written);
         assert!(written.is_empty());
         assert_eq!(QueueFields::of(&jobs[0]), QueueFields::default());
+    }
+
+    #[test]
+    fn standings_earn_one_write_per_interval_up_to_a_cap() {
+        let mut memory = Memory::default();
+        let t0 = Instant::now();
+        assert_eq!(memory.standing_budget(t0), queue::STANDING_WRITES_PER_CYCLE);
+        memory.standing_tokens = 0;
+        assert_eq!(memory.standing_budget(t0 + STANDING_WRITE_EVERY / 2), 0);
+        // Time under one interval is not lost: it counts at the next call.
+        assert_eq!(memory.standing_budget(t0 + STANDING_WRITE_EVERY * 3), 3);
+        assert_eq!(
+            memory.standing_budget(t0 + STANDING_WRITE_EVERY * 10_000),
+            queue::STANDING_WRITES_PER_CYCLE
+        );
     }
 }

@@ -109,9 +109,10 @@ pub struct JobWrite {
     pub first_standing: bool,
 }
 
-/// Standing-only writes (a waiting job's position, reason or expected start) per cycle, after
-/// every decision: a burst of pending jobs must not hold admissions back behind thousands of
-/// status writes; the rest follow in later cycles.
+/// The most standing-only writes (a waiting job's position, reason or expected start) one cycle
+/// makes, after every decision: a burst of pending jobs must not hold admissions back behind
+/// thousands of status writes; the rest follow in later cycles (the controller also paces
+/// them over time).
 pub const STANDING_WRITES_PER_CYCLE: usize = 64;
 
 /// `writes` in the order they are made: every decision first, then at most `budget`
