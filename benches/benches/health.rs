@@ -29,7 +29,7 @@ fn world(nodes: usize, gpus: i32, now: jiff::Timestamp) -> HealthWorld {
         {
             s.gpus[3].ecc_double_bit = Some(2);
         }
-        w.gpu_nodes.insert(name, g);
+        w.gpu_nodes.insert(name, std::sync::Arc::new(g));
     }
     w
 }

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
@@ -34,18 +34,22 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Key = (TypeId, String);
 
-/// Starts a kind's watch with its (type-erased) writer; `true`: also drain a subscription.
-type Start = Box<dyn FnOnce(Box<dyn Any + Send>, bool) -> BoxFuture<'static, ()> + Send>;
+/// The senders of a kind's subscriptions (`Vec<Subscriber<K>>`, type-erased).
+type Subscriber<K> = futures::channel::mpsc::Sender<Arc<K>>;
+
+/// Starts a kind's watch with its (type-erased) writer and subscribers.
+type Start =
+    Box<dyn FnOnce(Box<dyn Any + Send>, Box<dyn Any + Send>) -> BoxFuture<'static, ()> + Send>;
 
 struct Entry {
     /// `Store<K>`, for more readers.
     store: Box<dyn Any + Send>,
     /// `Writer<K>` until the watch starts.
     writer: Option<Box<dyn Any + Send>>,
-    /// Starts the watch with the writer taken out of `writer`; with `true`, also drains a
-    /// subscription of its own (a kind nobody subscribed to).
+    /// `Vec<Subscriber<K>>` until the watch starts.
+    subscribers: Option<Box<dyn Any + Send>>,
+    /// Starts the watch with the writer and the subscribers taken out of this entry.
     start: Option<Start>,
-    subscribers: usize,
 }
 
 /// One operator's watch caches for one leadership term (cheap to clone: shared).
@@ -72,6 +76,58 @@ impl<K> Cacheable for K where
 {
 }
 
+/// Sends `obj` to every subscriber, waiting for each that is `SUBSCRIBER_BUFFER` behind (a
+/// subscription dropped is forgotten).
+async fn fan_out<K>(subscribers: &mut Vec<Subscriber<K>>, obj: &Arc<K>) {
+    use futures::SinkExt;
+    let mut gone = false;
+    for s in subscribers.iter_mut() {
+        gone |= s.send(obj.clone()).await.is_err();
+    }
+    if gone {
+        subscribers.retain(|s| !s.is_closed());
+    }
+}
+
+/// Keeps `writer`'s store in step with a watch of `api` and hands every object added or
+/// changed (and, after each full listing, every object) to `subscribers` once the store holds
+/// it. kube's shared reflector is not used: its subscription stream stalls for good when an
+/// object is deleted before the subscriber reads it (it returns `Pending` without a waker),
+/// and then the whole cache stops, which a burst of deletions makes happen.
+async fn reflect<K: Cacheable>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    mut subscribers: Vec<Subscriber<K>>,
+) {
+    let store = writer.as_reader();
+    let events = watcher(api, config)
+        .default_backoff()
+        // Nobody reads managed fields; they are a large part of every object.
+        .modify(|o| o.meta_mut().managed_fields = None)
+        .reflect(writer);
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(obj)) if !subscribers.is_empty() => {
+                let obj = store
+                    .get(&reflector::ObjectRef::from_obj(&obj))
+                    .unwrap_or_else(|| Arc::new(obj));
+                fan_out(&mut subscribers, &obj).await;
+            }
+            Ok(watcher::Event::InitDone) if !subscribers.is_empty() => {
+                for obj in store.state() {
+                    fan_out(&mut subscribers, &obj).await;
+                }
+            }
+            Ok(_) => {}
+            // The watcher retries with backoff; a forbidden watch would otherwise leave a
+            // stale cache without a word.
+            Err(e) => tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying"),
+        }
+    }
+}
+
 impl Caches {
     /// Empty caches reading through `client`.
     pub fn new(client: kube::Client) -> Self {
@@ -96,44 +152,29 @@ impl Caches {
         let key = (TypeId::of::<K>(), labels.to_owned());
         let mut entries = self.entries();
         entries.entry(key.clone()).or_insert_with(|| {
-            let (store, writer) = reflector::store_shared::<K>(SUBSCRIBER_BUFFER);
+            let (store, writer) = reflector::store::<K>();
             let api: Api<K> = Api::all(self.client.clone());
             let config = if labels.is_empty() {
                 watcher::Config::default()
             } else {
                 watcher::Config::default().labels(labels)
             };
-            let start = move |writer: Box<dyn Any + Send>, drain: bool| -> BoxFuture<'static, ()> {
-                let Ok(writer) = writer.downcast::<reflector::store::Writer<K>>() else {
+            let start = move |writer: Box<dyn Any + Send>,
+                              subscribers: Box<dyn Any + Send>|
+                  -> BoxFuture<'static, ()> {
+                let (Ok(writer), Ok(subscribers)) = (
+                    writer.downcast::<reflector::store::Writer<K>>(),
+                    subscribers.downcast::<Vec<Subscriber<K>>>(),
+                ) else {
                     return futures::future::ready(()).boxed();
                 };
-                // A shared reflector waits for its slowest subscriber, and buffers for
-                // subscribers to come when it has none: one that reads and discards keeps a
-                // kind nobody subscribed to flowing.
-                let drained = match writer.subscribe().filter(|_| drain) {
-                    Some(handle) => handle.for_each(|_| futures::future::ready(())).boxed(),
-                    None => futures::future::ready(()).boxed(),
-                };
-                let watch = watcher(api, config)
-                    .default_backoff()
-                    // Nobody reads managed fields; they are a large part of every object.
-                    .modify(|o| o.meta_mut().managed_fields = None)
-                    .reflect_shared(*writer)
-                    .for_each(|event| {
-                        // The watcher retries with backoff; a forbidden watch would otherwise
-                        // leave a stale cache without a word.
-                        if let Err(e) = event {
-                            tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
-                        }
-                        futures::future::ready(())
-                    });
-                futures::future::join(watch, drained).map(|_| ()).boxed()
+                reflect(api, config, *writer, *subscribers).boxed()
             };
             Entry {
                 store: Box::new(store),
                 writer: Some(Box::new(writer)),
+                subscribers: Some(Box::new(Vec::<Subscriber<K>>::new())),
                 start: Some(Box::new(start)),
-                subscribers: 0,
             }
         });
         key
@@ -168,22 +209,19 @@ impl Caches {
     ) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let key = self.entry::<K>(labels);
         let mut entries = self.entries();
-        let handle: Option<ReflectHandle<K>> = entries.get_mut(&key).and_then(|e| {
-            let writer = e
-                .writer
-                .as_ref()?
-                .downcast_ref::<reflector::store::Writer<K>>()?;
-            let handle = writer.subscribe()?;
-            e.subscribers += 1;
-            Some(handle)
-        });
-        if handle.is_none() {
+        let (tx, rx) = futures::channel::mpsc::channel::<Arc<K>>(SUBSCRIBER_BUFFER);
+        let registered = entries
+            .get_mut(&key)
+            .and_then(|e| e.subscribers.as_mut()?.downcast_mut::<Vec<Subscriber<K>>>())
+            .map(|subscribers| subscribers.push(tx))
+            .is_some();
+        if !registered {
             tracing::error!(
                 kind = %K::kind(&()),
                 "subscribed to a cache after it started: this subscription never fires"
             );
         }
-        futures::stream::iter(handle).flatten()
+        rx
     }
 
     /// Runs every watch asked for so far until the returned future is dropped.
@@ -192,10 +230,14 @@ impl Caches {
         {
             let mut entries = self.entries();
             for entry in entries.values_mut() {
-                let (Some(writer), Some(start)) = (entry.writer.take(), entry.start.take()) else {
+                let (Some(writer), Some(subscribers), Some(start)) = (
+                    entry.writer.take(),
+                    entry.subscribers.take(),
+                    entry.start.take(),
+                ) else {
                     continue;
                 };
-                drivers.push(start(writer, entry.subscribers == 0));
+                drivers.push(start(writer, subscribers));
             }
         }
         futures::future::join_all(drivers).map(|_| ()).boxed()

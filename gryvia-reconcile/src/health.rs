@@ -9,6 +9,14 @@
 //! # Semantics
 //! - A check runs on its schedule (cron, UTC; see [`crate::cron`]). A spec change runs it at
 //!   once. Between runs the previous verdicts stand, and drains and remediation steps carry on.
+//! - A fatal reading ([`fatal_reading`]: an uncorrected ECC error for a `gpuEccErrors` item,
+//!   XID 48 or 79 for a `gpuXid` item, an NVLink link down for a `gpuNvlink` item) is evaluated
+//!   as soon as the agent reports it, not at the next run: that node alone is evaluated, by the
+//!   same policy, and the evaluation counts as one of its runs (flap damping and the guard
+//!   below hold as for a run). One report counts once: the node's result remembers the newest
+//!   observation its last evaluation counted (`lastObservation`).
+//! - The status lists only the nodes that are not healthy or carry state (a failure count, a
+//!   quarantine, a drain, a remediation); healthy ones are counted in the summary.
 //! - Per GPU, every check gives Healthy, Warning or Failed; a missing reading or an
 //!   observation older than `staleAfterSeconds` gives Unknown. A node's verdict is Failed when
 //!   any GPU failed, else Unknown when any is unknown, else Warning when any warns, else
@@ -37,6 +45,7 @@
 //!   reported only.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gryvia_types::conditions::{self, Status};
@@ -67,6 +76,9 @@ pub const MAX_REASONS: usize = 16;
 pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
 /// XID codes that count for `gpu-xid`.
 pub const CRITICAL_XIDS: [i32; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 120];
+/// XID codes that are evaluated as soon as they are reported (48: double-bit ECC error, 79: GPU
+/// fallen off the bus).
+pub const FATAL_XIDS: [i32; 2] = [48, 79];
 
 /// Operator-wide switches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -187,8 +199,9 @@ impl PdbInfo {
 pub struct HealthWorld {
     /// Every node of the cluster.
     pub nodes: Vec<NodeInfo>,
-    /// GryviaGpuNodes by `spec.nodeName`.
-    pub gpu_nodes: BTreeMap<String, GryviaGpuNode>,
+    /// GryviaGpuNodes by `spec.nodeName` (shared with the cache they come from: a fleet's
+    /// observations are not copied for every reconcile).
+    pub gpu_nodes: BTreeMap<String, Arc<GryviaGpuNode>>,
     /// Pods on the nodes this check quarantined, by node name.
     pub pods: BTreeMap<String, Vec<PodInfo>>,
     /// PodDisruptionBudgets in the namespaces of those pods.
@@ -477,6 +490,87 @@ pub fn evaluate_node(
         gpus,
         observed_at: oldest,
     }
+}
+
+/// Whether `item` fails on `gpu` for a fatal reading: an uncorrected ECC error (`gpuEccErrors`),
+/// a fatal XID ([`FATAL_XIDS`], `gpuXid`), an NVLink link down (`gpuNvlink`).
+fn fatal(item: &HealthCheckItem, gpu: &GpuObservation) -> bool {
+    let fails = || check_gpu(item, gpu).0 == Verdict::Failed;
+    match item.type_ {
+        CheckType::GpuEccErrors => gpu.ecc_double_bit.is_some_and(|d| d > 0) && fails(),
+        CheckType::GpuXid => gpu.xid_events.iter().any(|x| FATAL_XIDS.contains(&x.code)) && fails(),
+        CheckType::GpuNvlink => {
+            gpu.nvlink
+                .as_ref()
+                .is_some_and(|l| l.links_up < l.links_total)
+                && fails()
+        }
+        CheckType::GpuTemperature
+        | CheckType::GpuUtilization
+        | CheckType::GpuMemory
+        | CheckType::GpuPower => false,
+    }
+}
+
+/// Whether a node's observations carry a reading that fails `spec` fatally (on a fresh
+/// observation: a stale one is Unknown, never fatal).
+pub fn fatal_reading(
+    spec: &GryviaHealthCheckSpec,
+    status: &GryviaGpuNodeStatus,
+    now: Timestamp,
+) -> bool {
+    status.gpus.iter().any(|gpu| {
+        age_seconds(&gpu.observed_at, now) <= i64::from(spec.stale_after_seconds)
+            && spec.checks.iter().any(|item| fatal(item, gpu))
+    })
+}
+
+/// When the newest of a node's GPU observations was taken.
+pub fn newest_observation(status: &GryviaGpuNodeStatus) -> Option<Timestamp> {
+    status.gpus.iter().map(|g| g.observed_at.0).max()
+}
+
+/// Whether a node is evaluated although no run is due: a fatal reading on an observation newer
+/// than the newest its last evaluation counted (`prev`).
+pub fn evaluate_at_once(
+    spec: &GryviaHealthCheckSpec,
+    status: Option<&GryviaGpuNodeStatus>,
+    prev: Option<&NodeHealthResult>,
+    now: Timestamp,
+) -> bool {
+    let Some(status) = status else {
+        return false;
+    };
+    let counted = prev.and_then(|p| p.last_observation.as_ref()).map(|t| t.0);
+    let newer = match (newest_observation(status), counted) {
+        (Some(newest), Some(counted)) => newest > counted,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    !spec.suspend && newer && fatal_reading(spec, status, now)
+}
+
+/// The newest observation of a node when any of its GPUs shows a reading some check could
+/// find fatal (an uncorrected ECC error, XID 48 or 79, an NVLink link down): what wakes the
+/// health checks between their runs (`None`: nothing fatal, no hurry).
+pub fn fatal_signal(status: &GryviaGpuNodeStatus) -> Option<Timestamp> {
+    let fatal = status.gpus.iter().any(|g| {
+        g.ecc_double_bit.is_some_and(|d| d > 0)
+            || g.xid_events.iter().any(|x| FATAL_XIDS.contains(&x.code))
+            || g.nvlink
+                .as_ref()
+                .is_some_and(|l| l.links_up < l.links_total)
+    });
+    fatal.then(|| newest_observation(status)).flatten()
+}
+
+/// Whether a node's result goes into the status: not healthy, or carrying state.
+pub fn notable(r: &NodeHealthResult) -> bool {
+    r.verdict != Verdict::Healthy
+        || r.consecutive_failures > 0
+        || r.quarantined
+        || r.remediation.is_some()
+        || r.drain.is_some()
 }
 
 /// Whether `labels` match a Kubernetes label selector (`matchLabels` and `matchExpressions`
@@ -827,13 +921,19 @@ fn fresh_result(
         quarantined: false,
         remediation: prev.and_then(|p| p.remediation.clone()),
         drain: prev.and_then(|p| p.drain.clone()),
+        last_observation: gpu_node
+            .and_then(newest_observation)
+            .map(t)
+            .or_else(|| prev.and_then(|p| p.last_observation.clone())),
     };
     (result, eval.observed_at)
 }
 
-/// The verdicts on the targeted nodes: fresh on a run (with a `GpuUnhealthy` Event for a node
-/// that starts failing when `onFailure.alert`), carried over between runs. Also returns when
-/// each freshly evaluated node's oldest observation was taken.
+/// The verdicts on the targeted nodes: fresh on a run and for a node with a new fatal reading
+/// ([`evaluate_at_once`]), with a `GpuUnhealthy` Event for a node that starts failing when
+/// `onFailure.alert`; carried over otherwise (a node healthy at the last run has no result:
+/// it stays healthy). Also returns when each freshly evaluated node's oldest observation was
+/// taken (its keys are the nodes evaluated now).
 fn verdicts(
     spec: &GryviaHealthCheckSpec,
     world: &HealthWorld,
@@ -849,14 +949,26 @@ fn verdicts(
     let mut observed_at = BTreeMap::new();
     for node in targets {
         let prev = previous.get(node.as_str()).copied();
-        if !due && let Some(prev) = prev {
-            results.push(prev.clone());
-            continue;
-        }
-        let exists = by_name.contains_key(node.as_str());
+        let info = by_name.get(node.as_str()).copied();
         let gpu_node = world.gpu_nodes.get(node).and_then(|g| g.status.as_ref());
-        let (result, observed) = fresh_result(spec, node, exists, gpu_node, prev, run.now);
-        if due
+        let now_due = due || (info.is_some() && evaluate_at_once(spec, gpu_node, prev, run.now));
+        if !now_due {
+            match prev {
+                Some(prev) => {
+                    results.push(prev.clone());
+                    continue;
+                }
+                // Healthy at the last run.
+                None if info.is_none_or(|i| i.quarantined_by.as_deref() != Some(run.name)) => {
+                    continue;
+                }
+                // Quarantined by this check without a result (its status was lost): its
+                // state is rebuilt from the node.
+                None => {}
+            }
+        }
+        let (result, observed) = fresh_result(spec, node, info.is_some(), gpu_node, prev, run.now);
+        if now_due
             && spec.on_failure.alert
             && result.verdict == Verdict::Failed
             && prev.is_none_or(|p| p.verdict != Verdict::Failed)
@@ -867,22 +979,25 @@ fn verdicts(
                 format!("node {node}: {}", result.reasons.join("; ")),
             );
         }
-        observed_at.insert(node.clone(), observed);
+        if now_due {
+            observed_at.insert(node.clone(), observed);
+        }
         results.push(result);
     }
     (results, observed_at)
 }
 
-/// Whether a node that this check has not quarantined is to be quarantined now: a run, the
-/// failure counter at `onFailure.consecutiveFailures`, cordoning on, and no other check's
-/// taint on the node.
+/// Whether a node that this check has not quarantined is to be quarantined now: evaluated now
+/// (a run, or a fatal reading), the failure counter at `onFailure.consecutiveFailures`,
+/// cordoning on, and no other check's taint on the node.
 fn wants_quarantine(
     spec: &GryviaHealthCheckSpec,
-    due: bool,
+    evaluated: bool,
     result: &NodeHealthResult,
     node: &NodeInfo,
 ) -> bool {
-    due && spec.on_failure.cordon
+    evaluated
+        && spec.on_failure.cordon
         && result.verdict == Verdict::Failed
         && result.consecutive_failures >= spec.on_failure.consecutive_failures
         && node.quarantined_by.is_none()
@@ -1043,20 +1158,20 @@ impl<'a> Action<'a> {
     }
 
     /// Acts on one node: quarantine it when it is due, or, when this check quarantined it,
-    /// drain it and climb the ladder (`observed`: when this run's observations of the node
-    /// were taken).
+    /// drain it and climb the ladder (`observed`: when the observations of the node were
+    /// taken, `None` when it was not evaluated now).
     fn node(
         &mut self,
         run: &mut Run<'_>,
         r: &mut NodeHealthResult,
         node: &NodeInfo,
-        observed: Option<Timestamp>,
+        observed: Option<Option<Timestamp>>,
     ) {
         if node.quarantined_by.as_deref() != Some(self.name) {
             // A node released by a human or by another check carries no state from us.
             r.remediation = None;
             r.drain = None;
-            if wants_quarantine(self.spec, self.due, r, node) {
+            if wants_quarantine(self.spec, observed.is_some(), r, node) {
                 self.quarantine(run, r, node);
             }
             return;
@@ -1064,7 +1179,7 @@ impl<'a> Action<'a> {
         r.quarantined = true;
         let drained = !self.spec.on_failure.drain || self.drain(run, r);
         if let Some(ladder) = self.ladder {
-            self.climb(run, r, (node, observed), drained, ladder);
+            self.climb(run, r, (node, observed.flatten()), drained, ladder);
         }
     }
 
@@ -1343,9 +1458,13 @@ fn running_state(
     }
 }
 
-/// Counts the verdicts and the quarantined nodes.
-fn summarize(results: &[NodeHealthResult]) -> VerdictSummary {
-    let mut summary = VerdictSummary::default();
+/// Counts the verdicts and the quarantined nodes of `targeted` nodes, those without a result
+/// healthy.
+fn summarize(results: &[NodeHealthResult], targeted: usize) -> VerdictSummary {
+    let mut summary = VerdictSummary {
+        healthy: i32::try_from(targeted.saturating_sub(results.len())).unwrap_or(i32::MAX),
+        ..VerdictSummary::default()
+    };
     for r in results {
         match r.verdict {
             Verdict::Healthy => summary.healthy += 1,
@@ -1379,7 +1498,7 @@ fn ready(
         conditions::REASON_RECONCILED,
         format!(
             "{} nodes: {} healthy, {} warning, {} failed, {} unknown, {} quarantined{}",
-            status.nodes.len(),
+            s.healthy + s.warning + s.failed + s.unknown,
             s.healthy,
             s.warning,
             s.failed,
@@ -1425,6 +1544,7 @@ fn next_run(
 /// times and the Ready condition.
 struct Outcome {
     results: Vec<NodeHealthResult>,
+    targeted: usize,
     actions: Vec<ActionRecord>,
     due: bool,
     act: bool,
@@ -1440,8 +1560,8 @@ fn write_status(
     let generation = hc.metadata.generation;
     let mut status = hc.status.clone().unwrap_or_default();
     status.observed_generation = generation;
-    status.summary = summarize(&outcome.results);
-    status.nodes = outcome.results;
+    status.summary = summarize(&outcome.results, outcome.targeted);
+    status.nodes = outcome.results.into_iter().filter(notable).collect();
     status.actions = keep_actions(std::mem::take(&mut status.actions), outcome.actions);
     if outcome.due {
         status.last_run = Some(t(now));
@@ -1516,7 +1636,7 @@ impl Reconcile for HealthCheckReconciler {
                 continue;
             };
             if act {
-                let observed = observed_at.get(&r.node).copied().flatten();
+                let observed = observed_at.get(&r.node).copied();
                 action.node(&mut run, r, node, observed);
             } else {
                 r.quarantined = node.quarantined_by.as_deref() == Some(name);
@@ -1525,6 +1645,7 @@ impl Reconcile for HealthCheckReconciler {
         let in_progress = action.in_progress;
         let outcome = Outcome {
             results,
+            targeted: targets.len(),
             actions: run.actions,
             due,
             act,
@@ -1602,6 +1723,7 @@ mod tests {
             quarantined: false,
             remediation: None,
             drain: None,
+            last_observation: None,
         }
     }
 
@@ -1719,7 +1841,7 @@ mod tests {
         }
         let world = HealthWorld {
             nodes: vec![info("n1", None)],
-            gpu_nodes: BTreeMap::from([("n1".to_owned(), gn)]),
+            gpu_nodes: BTreeMap::from([("n1".to_owned(), Arc::new(gn))]),
             ..HealthWorld::default()
         };
         let by_name: BTreeMap<&str, &NodeInfo> =
@@ -1729,8 +1851,10 @@ mod tests {
         let (fresh, _) = verdicts(&hc.spec, &world, &by_name, &targets, &[], true, &mut r);
         assert_eq!(fresh[0].verdict, Verdict::Failed);
         assert_eq!(r.plan.events[0].reason, "GpuUnhealthy");
+        // The fatal reading was counted (its observation is the newest counted): carried.
         let mut r = run("hc");
-        let carried = result("n1", Verdict::Healthy, 0);
+        let mut carried = result("n1", Verdict::Healthy, 0);
+        carried.last_observation = Some(t(now()));
         let (kept, observed) = verdicts(
             &hc.spec,
             &world,
@@ -1740,8 +1864,25 @@ mod tests {
             false,
             &mut r,
         );
-        assert_eq!(kept, vec![carried]);
+        assert_eq!(kept, vec![carried.clone()]);
         assert!(observed.is_empty() && r.plan.events.is_empty());
+        // An older observation counted: the fatal reading is evaluated at once, between runs.
+        carried.last_observation = Some(t(now() - jiff::SignedDuration::from_secs(30)));
+        let mut r = run("hc");
+        let (fresh, observed) = verdicts(
+            &hc.spec,
+            &world,
+            &by_name,
+            &targets,
+            std::slice::from_ref(&carried),
+            false,
+            &mut r,
+        );
+        assert_eq!(fresh[0].verdict, Verdict::Failed);
+        assert_eq!(fresh[0].consecutive_failures, 1);
+        assert_eq!(fresh[0].last_observation, Some(t(now())));
+        assert!(observed.contains_key("n1"));
+        assert_eq!(r.plan.events[0].reason, "GpuUnhealthy");
     }
 
     #[test]
@@ -1835,7 +1976,7 @@ mod tests {
     fn action_world() -> HealthWorld {
         HealthWorld {
             nodes: vec![info("n1", Some("hc")), info("n2", None)],
-            gpu_nodes: BTreeMap::from([("n1".to_owned(), gpu_node("n1", 1, now()))]),
+            gpu_nodes: BTreeMap::from([("n1".to_owned(), Arc::new(gpu_node("n1", 1, now())))]),
             ..HealthWorld::default()
         }
     }
@@ -1855,11 +1996,11 @@ mod tests {
         assert_eq!((action.quarantined, action.allowed), (1, 0));
         let mut r = run("hc");
         let mut n2 = results[1].clone();
-        action.node(&mut r, &mut n2, by_name["n2"], None);
+        action.node(&mut r, &mut n2, by_name["n2"], Some(None));
         assert!(!n2.quarantined);
         assert_eq!(r.actions[0].action, "QuarantineHeldBack");
         let mut n1 = results[0].clone();
-        action.node(&mut r, &mut n1, by_name["n1"], None);
+        action.node(&mut r, &mut n1, by_name["n1"], Some(None));
         assert!(n1.quarantined, "a node this check holds stays quarantined");
     }
 
@@ -1958,14 +2099,18 @@ mod tests {
     fn the_summary_counts_verdicts_and_quarantines() {
         let mut q = result("a", Verdict::Failed, 1);
         q.quarantined = true;
-        let s = summarize(&[
-            q,
-            result("b", Verdict::Healthy, 0),
-            result("c", Verdict::Unknown, 0),
-        ]);
+        let s = summarize(
+            &[
+                q,
+                result("b", Verdict::Healthy, 0),
+                result("c", Verdict::Unknown, 0),
+            ],
+            5,
+        );
+        // Two targeted nodes without a result are healthy.
         assert_eq!(
             (s.healthy, s.warning, s.failed, s.unknown, s.quarantined),
-            (1, 0, 1, 1, 1)
+            (3, 0, 1, 1, 1)
         );
     }
 
@@ -1973,7 +2118,7 @@ mod tests {
     fn ready_says_suspended_or_counts_the_nodes() {
         let mut status = GryviaHealthCheckStatus::default();
         status.nodes = vec![result("a", Verdict::Healthy, 0)];
-        status.summary = summarize(&status.nodes);
+        status.summary = summarize(&status.nodes, 1);
         assert_eq!(ready(&status, true, true).1, "Suspended");
         let (s, _, message) = ready(&status, false, false);
         assert_eq!(s, Status::True);
@@ -2021,6 +2166,7 @@ mod tests {
         let schedule = Schedule::parse(&hc.spec.schedule).unwrap();
         let outcome = Outcome {
             results: vec![result("a", Verdict::Healthy, 0)],
+            targeted: 2,
             actions: Vec::new(),
             due: true,
             act: true,
@@ -2028,7 +2174,8 @@ mod tests {
         let status = write_status(&hc, &schedule, outcome, now());
         assert_eq!(status.observed_generation, hc.metadata.generation);
         assert_eq!(status.last_run, Some(t(now())));
-        assert_eq!(status.summary.healthy, 1);
+        assert_eq!(status.summary.healthy, 2);
+        assert!(status.nodes.is_empty(), "healthy nodes are only counted");
         assert!(conditions::is_true(&status.conditions, conditions::READY));
     }
 

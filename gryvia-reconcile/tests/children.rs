@@ -272,7 +272,7 @@ fn a_remediation_request_is_sent_as_before() {
                 quarantined_by: Some("hc".into()),
                 ..NodeInfo::default()
             }],
-            gpu_nodes: BTreeMap::from([("n1".to_owned(), gn)]),
+            gpu_nodes: BTreeMap::from([("n1".to_owned(), std::sync::Arc::new(gn))]),
             ..HealthWorld::default()
         };
         let reconciler = HealthCheckReconciler {

@@ -261,7 +261,7 @@ impl Sim {
             world.nodes.push(node(&name));
             world
                 .gpu_nodes
-                .insert(name.clone(), gpu_node(&name, 8, now()));
+                .insert(name.clone(), std::sync::Arc::new(gpu_node(&name, 8, now())));
         }
         Sim {
             reconciler: HealthCheckReconciler {
@@ -277,12 +277,29 @@ impl Sim {
         self.hc.status.as_ref().unwrap()
     }
 
-    fn result(&self, node: &str) -> &gryvia_types::NodeHealthResult {
-        self.status().nodes.iter().find(|r| r.node == node).unwrap()
+    /// A node's result; a healthy node without state is only counted in the summary, so it
+    /// reads as healthy with no failures.
+    fn result(&self, node: &str) -> gryvia_types::NodeHealthResult {
+        self.status()
+            .nodes
+            .iter()
+            .find(|r| r.node == node)
+            .cloned()
+            .unwrap_or_else(|| gryvia_types::NodeHealthResult {
+                node: node.to_owned(),
+                verdict: Verdict::Healthy,
+                reasons: Vec::new(),
+                consecutive_failures: 0,
+                gpus: Vec::new(),
+                quarantined: false,
+                remediation: None,
+                drain: None,
+                last_observation: None,
+            })
     }
 
     fn gpu_node(&mut self, node: &str) -> &mut GryviaGpuNode {
-        self.world.gpu_nodes.get_mut(node).unwrap()
+        std::sync::Arc::make_mut(self.world.gpu_nodes.get_mut(node).unwrap())
     }
 
     /// Fresh observations at the current time; `dbe` double-bit errors on GPU 0 of `node`.
@@ -463,6 +480,15 @@ fn stale_or_missing_observations_give_unknown_and_never_act() {
 fn runs_follow_the_schedule_and_a_spec_change_runs_at_once() {
     let mut sim = Sim::new(1, 1);
     sim.hc.spec.on_failure.cordon = false;
+    sim.hc.spec.checks.push(HealthCheckItem {
+        name: "hot".into(),
+        type_: CheckType::GpuTemperature,
+        threshold: Threshold {
+            max: Some(90.0),
+            min: None,
+            warning: None,
+        },
+    });
     let plan = sim.step();
     assert_eq!(sim.status().last_run, Some(Time(now())));
     assert_eq!(
@@ -470,9 +496,11 @@ fn runs_follow_the_schedule_and_a_spec_change_runs_at_once() {
         Some(Time("2026-12-02T12:00:10Z".parse().unwrap()))
     );
     assert_eq!(plan.requeue_after_ms, Some(10_000));
-    // Not due yet: the old verdict stands even though the GPU went bad.
+    // Not due yet: the old verdict stands even though the GPU went bad (too hot: not a fatal
+    // reading, which would be evaluated at once).
     sim.advance(4);
-    sim.observe("n0", 1);
+    sim.observe("n0", 0);
+    sim.gpu_node("n0").status.as_mut().unwrap().gpus[0].temperature_c = Some(95);
     let plan = sim.step();
     assert!(plan.status.is_none(), "nothing changed, nothing written");
     assert_eq!(plan.requeue_after_ms, Some(6_000));
@@ -482,6 +510,32 @@ fn runs_follow_the_schedule_and_a_spec_change_runs_at_once() {
     sim.step();
     assert_eq!(sim.result("n0").verdict, Verdict::Failed);
     assert_eq!(sim.status().observed_generation, Some(2));
+}
+
+#[test]
+fn a_fatal_reading_is_evaluated_at_once_between_runs_and_one_report_counts_once() {
+    let mut sim = Sim::new(2, 2);
+    sim.step();
+    // Between runs: an uncorrected ECC error is evaluated at once (one failing evaluation).
+    sim.advance(3);
+    sim.observe("n1", 2);
+    let plan = sim.step();
+    assert!(cordons(&plan).is_empty(), "two failures are needed");
+    assert_eq!(sim.result("n1").consecutive_failures, 1);
+    assert_eq!(sim.status().last_run, Some(Time(now())), "not a run");
+    // The same report again (another change of the object): counted once.
+    let plan = sim.step();
+    assert!(plan.status.is_none() && cordons(&plan).is_empty());
+    assert_eq!(sim.result("n1").consecutive_failures, 1);
+    // A new report with the error: the second failure quarantines, still between runs.
+    sim.advance(2);
+    sim.observe("n1", 2);
+    let plan = sim.step();
+    assert_eq!(cordons(&plan), vec!["n1"]);
+    assert_eq!(sim.result("n1").consecutive_failures, 2);
+    // The healthy node has no result: it is only counted.
+    assert!(sim.status().nodes.iter().all(|r| r.node == "n1"));
+    assert_eq!(sim.status().summary.healthy, 1);
 }
 
 #[test]
@@ -1034,6 +1088,102 @@ mod invariants {
             }
             let after = sim.world.nodes.iter().filter(|n| n.quarantined_by.is_some()).count();
             prop_assert!(after <= before.max(allowed), "{after} quarantined, {before} before, {allowed} allowed");
+        }
+    }
+
+    /// One step of the interleaving: an agent reports on a node (failing or not), a reconcile
+    /// between runs (as a GryviaGpuNode change triggers), the scheduled run, or time passing.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Report { node: usize, failing: bool },
+        Event,
+        Run,
+        Wait(i64),
+    }
+
+    fn op(nodes: usize) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..nodes, any::<bool>()).prop_map(|(node, failing)| Op::Report { node, failing }),
+            3 => Just(Op::Event),
+            2 => Just(Op::Run),
+            1 => (1..400i64).prop_map(Op::Wait),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn fatal_readings_at_once_and_scheduled_runs_count_the_same_and_keep_the_guard(
+            consecutive in 1..=3i32,
+            percent in 0..=100i32,
+            ops in proptest::collection::vec(op(5), 1..80),
+        ) {
+            const N: usize = 5;
+            let mut sim = Sim::new(N, consecutive);
+            sim.hc.spec.max_quarantined_percent = percent;
+            let allowed = gryvia_reconcile::health::quarantine_limit(N, percent);
+            sim.step(); // the first run: every node healthy
+            // The model: failing evaluations in a row per node, and the newest observation an
+            // evaluation counted.
+            let mut in_row = [0i32; N];
+            let mut counted: [Option<Timestamp>; N] = [None; N];
+            for op in ops {
+                let due = match op {
+                    Op::Report { node, failing } => {
+                        sim.advance(1);
+                        sim.observe(&format!("n{node}"), i64::from(failing));
+                        continue;
+                    }
+                    Op::Wait(s) => {
+                        sim.advance(s);
+                        continue;
+                    }
+                    Op::Event => sim.status().next_run.as_ref().is_some_and(|n| sim.now >= n.0),
+                    Op::Run => {
+                        let next = sim.status().next_run.clone().unwrap().0;
+                        sim.now = sim.now.max(next);
+                        true
+                    }
+                };
+                let tainted_before: Vec<bool> =
+                    sim.world.nodes.iter().map(|n| n.quarantined_by.is_some()).collect();
+                let mut evaluated = [false; N];
+                for i in 0..N {
+                    let g = &sim.world.gpu_nodes[&format!("n{i}")];
+                    let st = g.status.as_ref().unwrap();
+                    let observed = st.gpus.iter().map(|g| g.observed_at.0).max().unwrap();
+                    let oldest = st.gpus.iter().map(|g| g.observed_at.0).min().unwrap();
+                    let fresh = sim.now.as_second() - oldest.as_second() <= 300;
+                    let failing = fresh && st.gpus[0].ecc_double_bit.unwrap_or(0) > 0;
+                    let new_fatal = failing && counted[i].is_none_or(|c| observed > c);
+                    if due || new_fatal {
+                        evaluated[i] = true;
+                        counted[i] = Some(observed);
+                        if !fresh {
+                            // Unknown holds the count.
+                        } else if failing {
+                            in_row[i] += 1;
+                        } else {
+                            in_row[i] = 0;
+                        }
+                    }
+                }
+                sim.step();
+                let tainted: Vec<bool> =
+                    sim.world.nodes.iter().map(|n| n.quarantined_by.is_some()).collect();
+                let total = tainted.iter().filter(|t| **t).count();
+                prop_assert!(total <= allowed, "{total} quarantined, {allowed} allowed");
+                for i in 0..N {
+                    let r = sim.result(&format!("n{i}"));
+                    prop_assert_eq!(r.consecutive_failures, in_row[i], "n{}: counter", i);
+                    if tainted[i] && !tainted_before[i] {
+                        prop_assert!(evaluated[i] && in_row[i] >= consecutive,
+                            "n{i} quarantined after {} failing evaluations in a row", in_row[i]);
+                    }
+                    if evaluated[i] && in_row[i] >= consecutive && !tainted[i] {
+                        prop_assert_eq!(total, allowed, "n{} held back with the guard not full", i);
+                    }
+                }
+            }
         }
     }
 }

@@ -529,7 +529,9 @@ pub struct GryviaHealthCheckStatus {
     /// Counts of nodes by verdict.
     #[serde(default)]
     pub summary: VerdictSummary,
-    /// Per-node results, sorted by node name.
+    /// Results of the targeted nodes that are not healthy or carry state (a failure count, a
+    /// quarantine, a drain, a remediation), sorted by node name: a healthy node is counted in
+    /// `summary` only, so the status stays small on a large fleet.
     #[serde(default)]
     pub nodes: Vec<NodeHealthResult>,
     /// The most recent actions taken (newest last, at most 50).
@@ -582,6 +584,10 @@ pub struct NodeHealthResult {
     /// Progress of the drain of a quarantined node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainStatus>,
+    /// When the newest GPU observation the last evaluation of this node counted was taken: a
+    /// fatal reading is evaluated at once only on a newer one, so one report counts once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_observation: Option<Time>,
 }
 
 /// Where the drain of a quarantined node stands.

@@ -147,6 +147,7 @@ mod tests {
             quarantined: false,
             remediation: None,
             drain: None,
+            last_observation: None,
         }
     }
 
