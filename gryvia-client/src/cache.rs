@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -89,6 +90,49 @@ async fn fan_out<K>(subscribers: &mut Vec<Subscriber<K>>, obj: &Arc<K>) {
     }
 }
 
+/// Drops what no Gryvia controller reads from a cached object, so a fleet's caches stay
+/// small: managed fields and the last-applied annotation of every object; of a pod, its
+/// volumes and, per container, its environment, mounts, command, arguments, probes and
+/// lifecycle hooks (placement, resources, owners, labels and the whole status stay); of a
+/// node, the list of images it holds and of volumes attached (often most of a real node's
+/// status).
+fn trim<K: Cacheable>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(node) = (obj as &mut dyn Any).downcast_mut::<Node>()
+        && let Some(status) = node.status.as_mut()
+    {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        return;
+    }
+    if let Some(pod) = (obj as &mut dyn Any).downcast_mut::<Pod>()
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        spec.volumes = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.env_from = None;
+            c.volume_mounts = None;
+            c.volume_devices = None;
+            c.command = None;
+            c.args = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+        }
+    }
+}
+
 /// Keeps `writer`'s store in step with a watch of `api` and hands every object added or
 /// changed (and, after each full listing, every object) to `subscribers` once the store holds
 /// it. kube's shared reflector is not used: its subscription stream stalls for good when an
@@ -101,13 +145,19 @@ async fn reflect<K: Cacheable>(
     mut subscribers: Vec<Subscriber<K>>,
 ) {
     let store = writer.as_reader();
+    let size = crate::metrics::cache_objects()
+        .get_or_create(&crate::metrics::CacheLabels {
+            kind: K::kind(&()).into_owned(),
+            selector: config.label_selector.clone().unwrap_or_default(),
+        })
+        .clone();
     let events = watcher(api, config)
         .default_backoff()
-        // Nobody reads managed fields; they are a large part of every object.
-        .modify(|o| o.meta_mut().managed_fields = None)
+        .modify(trim)
         .reflect(writer);
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
+        size.set(i64::try_from(store.len()).unwrap_or(i64::MAX));
         match event {
             Ok(watcher::Event::Apply(obj)) if !subscribers.is_empty() => {
                 let obj = store
@@ -263,4 +313,68 @@ where
             what: format!("the {what} cache to fill (its watch stopped)"),
             after: READY_TIMEOUT,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gryvia_types::GryviaAIJob;
+
+    #[test]
+    fn a_cached_pod_keeps_placement_resources_and_status_and_loses_what_nobody_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "labels": {"a": "b"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {
+                "nodeName": "n1",
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "X", "value": "1"}],
+                                "command": ["run"], "args": ["--x"], "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+        }))
+        .expect("a valid pod");
+        trim(&mut pod);
+        assert!(pod.metadata.managed_fields.is_none());
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), vec!["keep"]);
+        let spec = pod.spec.clone().unwrap_or_default();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert!(spec.volumes.is_none());
+        let c = &spec.containers[0];
+        assert!(
+            c.env.is_none() && c.command.is_none() && c.args.is_none() && c.volume_mounts.is_none()
+        );
+        assert!(c.resources.as_ref().is_some_and(|r| r.limits.is_some()));
+        assert_eq!(
+            pod.status.and_then(|s| s.conditions).map(|c| c.len()),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn a_cached_node_loses_its_image_list_and_other_kinds_only_managed_fields() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {"images": [{"names": ["i"], "sizeBytes": 1}], "allocatable": {"nvidia.com/gpu": "8"}},
+        }))
+        .expect("a valid node");
+        trim(&mut node);
+        let status = node.status.clone().unwrap_or_default();
+        assert!(status.images.is_none());
+        assert!(status.allocatable.is_some());
+        assert!(node.spec.and_then(|s| s.taints).is_some());
+        let mut job: GryviaAIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+            "metadata": {"name": "j", "namespace": "ml", "managedFields": [{"manager": "x"}]},
+            "spec": {"image": "i", "gpus": 1, "env": [{"name": "X", "value": "1"}]},
+        }))
+        .expect("a valid job");
+        trim(&mut job);
+        assert!(job.metadata.managed_fields.is_none());
+        assert_eq!(job.spec.env.len(), 1, "a job's own spec is read: kept");
+    }
 }

@@ -63,6 +63,22 @@ pub fn api_requests() -> &'static Family<RequestLabels, Counter> {
     REQUESTS.get_or_init(Family::default)
 }
 
+/// Labels of a watch cache's size: the kind and its label selector (empty: all).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Kind of the cached objects.
+    pub kind: String,
+    /// Label selector of the watch (empty: every object of the kind).
+    pub selector: String,
+}
+
+/// Objects in each watch cache of this process. One family for the process: every
+/// [`Metrics`] registry exports it.
+pub fn cache_objects() -> &'static Family<CacheLabels, Gauge> {
+    static OBJECTS: std::sync::OnceLock<Family<CacheLabels, Gauge>> = std::sync::OnceLock::new();
+    OBJECTS.get_or_init(Family::default)
+}
+
 /// The verb and resource of a request to the API server, from its method and path (`None`
 /// for paths that address no resource, such as `/version` or discovery).
 pub fn classify_request(method: &http::Method, uri: &http::Uri) -> Option<RequestLabels> {
@@ -195,6 +211,11 @@ impl Metrics {
             "api_requests",
             "Requests sent to the Kubernetes API server, by verb and resource",
             api_requests().clone(),
+        );
+        registry.register(
+            "cache_objects",
+            "Objects in each watch cache, by kind and label selector",
+            cache_objects().clone(),
         );
         Metrics {
             registry: Arc::new(std::sync::Mutex::new(registry)),

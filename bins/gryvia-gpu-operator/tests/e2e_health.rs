@@ -13,15 +13,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use gryvia_client::gpu_agent::{Agent, AgentConfig, DryRunExecutor, TraceSource};
+use gryvia_client::gpu_agent::{
+    AGENT_MANAGER, Agent, AgentConfig, DryRunExecutor, Trace, TraceSource,
+};
 use gryvia_testsupport::{
     KwokNodes, ServiceAccountAccess, TestNamespace, bind_pod, create_pdb, pod_gone, wait_for,
+    wait_object,
 };
-use gryvia_types::{GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels};
+use gryvia_types::{
+    GryviaGpuNode, GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels,
+};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -433,6 +438,132 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
         "{log}"
     );
     assert!(!status.nodes.iter().any(|r| r.quarantined));
+}
+
+/// Writes one report for `node` (the first frame of `trace`, observed now) the way the agent
+/// does, under the agent's access.
+async fn report(client: &kube::Client, node: &str, trace: &str) {
+    let trace = Trace::parse(trace, "e2e").unwrap();
+    let gpus = trace
+        .render(&trace.frames[0], node, jiff::Timestamp::now())
+        .unwrap();
+    let api: Api<GryviaGpuNode> = Api::all(client.clone());
+    let pp = PatchParams::apply(AGENT_MANAGER).force();
+    let body = json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuNode",
+        "metadata": {"name": node},
+        "spec": {"nodeName": node, "reportIntervalSeconds": 30},
+    });
+    api.patch(node, &pp, &Patch::Apply(&body)).await.unwrap();
+    let status = json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuNode",
+        "status": {"gpus": gpus, "gpuCount": gpus.len(), "source": "file:e2e",
+                   "observedAt": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())},
+    });
+    api.patch_status(node, &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_reading_quarantines_at_once_between_runs_and_the_status_lists_only_unhealthy_nodes()
+ {
+    let Some(s) = Setup::new("event").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "ghc-evt", 3, 4).await.unwrap();
+    let (fatal, hot) = (nodes.names[0].clone(), nodes.names[1].clone());
+    for n in &nodes.names {
+        report(&s.agent_client, n, HEALTHY).await;
+    }
+    let check = format!("e2e-{}", nodes.group);
+    // Once a year: after the first run (the spec is new) no scheduled run comes in this test.
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "0 0 1 1 *",
+            "checks": [
+                {"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}},
+                {"name": "xid", "type": "gpu-xid", "threshold": {"max": 0}},
+                {"name": "hot", "type": "gpu-temperature", "threshold": {"max": 90}}
+            ],
+            "onFailure": {"cordon": true, "consecutiveFailures": 1},
+            "maxQuarantinedPercent": 100
+        }),
+    )
+    .await;
+    let first = wait_object(
+        &api,
+        &check,
+        "its first run",
+        Duration::from_secs(30),
+        |hc| hc.status.as_ref().is_some_and(|st| st.summary.healthy == 3),
+    )
+    .await
+    .status
+    .unwrap();
+    assert!(
+        first.nodes.is_empty(),
+        "healthy nodes are only counted: {:?}",
+        first.nodes
+    );
+    // Too hot: a failure, but not a fatal reading; it waits for the next run.
+    report(
+        &s.agent_client,
+        &hot,
+        "gpuCount: 4\nframes:\n  - gpus: [{index: 1, temperatureC: 95}]\n",
+    )
+    .await;
+    // XID 79 (fallen off the bus): evaluated at once, between runs.
+    report(
+        &s.agent_client,
+        &fatal,
+        "gpuCount: 4\nframes:\n  - gpus: [{index: 0, xidEvents: [{code: 79}]}]\n",
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while node_state(&s.client, &fatal).await != (true, Some(check.clone())) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not quarantined within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = wait_object(
+        &api,
+        &check,
+        "the quarantine recorded",
+        Duration::from_secs(20),
+        |hc| {
+            hc.status
+                .as_ref()
+                .is_some_and(|st| st.summary.quarantined == 1)
+        },
+    )
+    .await
+    .status
+    .unwrap();
+    assert_eq!(st.last_run, first.last_run, "no scheduled run came");
+    assert_eq!(
+        st.nodes.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(),
+        vec![fatal.as_str()],
+        "only the evaluated failing node is listed"
+    );
+    let r = &st.nodes[0];
+    assert!(r.quarantined && r.consecutive_failures == 1 && r.last_observation.is_some());
+    assert!(
+        r.reasons.iter().any(|x| x.contains("XID 79")),
+        "{:?}",
+        r.reasons
+    );
+    assert_eq!(
+        node_state(&s.client, &hot).await,
+        (false, None),
+        "non-fatal: at the next run"
+    );
+    assert_eq!((st.summary.failed, st.summary.healthy), (1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
