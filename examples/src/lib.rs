@@ -9,6 +9,8 @@
 //! itself is the whole world), and the runtime from `gryvia-client` doing the rest (watches,
 //! server-side apply, events, backoff, metrics, leader election).
 
+pub mod load;
+
 use gryvia_client::runtime::Observe;
 use gryvia_reconcile::{Child, EventType, ObjectRef, Plan, Reconcile, Timestamp};
 use k8s_openapi::api::core::v1::Namespace;

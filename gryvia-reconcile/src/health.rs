@@ -492,24 +492,34 @@ pub fn evaluate_node(
     }
 }
 
-/// Whether `item` fails on `gpu` for a fatal reading: an uncorrected ECC error (`gpuEccErrors`),
-/// a fatal XID ([`FATAL_XIDS`], `gpuXid`), an NVLink link down (`gpuNvlink`).
-fn fatal(item: &HealthCheckItem, gpu: &GpuObservation) -> bool {
-    let fails = || check_gpu(item, gpu).0 == Verdict::Failed;
-    match item.type_ {
-        CheckType::GpuEccErrors => gpu.ecc_double_bit.is_some_and(|d| d > 0) && fails(),
-        CheckType::GpuXid => gpu.xid_events.iter().any(|x| FATAL_XIDS.contains(&x.code)) && fails(),
-        CheckType::GpuNvlink => {
-            gpu.nvlink
-                .as_ref()
-                .is_some_and(|l| l.links_up < l.links_total)
-                && fails()
-        }
+/// The check types a reading can be fatal for.
+const FATAL_TYPES: [CheckType; 3] = [
+    CheckType::GpuEccErrors,
+    CheckType::GpuXid,
+    CheckType::GpuNvlink,
+];
+
+/// Whether `gpu` shows a reading that is fatal for checks of `type_`: an uncorrected ECC error
+/// (`gpuEccErrors`), a fatal XID ([`FATAL_XIDS`], `gpuXid`), an NVLink link down
+/// (`gpuNvlink`); other types have no fatal readings.
+fn fatal_for(type_: CheckType, gpu: &GpuObservation) -> bool {
+    match type_ {
+        CheckType::GpuEccErrors => gpu.ecc_double_bit.is_some_and(|d| d > 0),
+        CheckType::GpuXid => gpu.xid_events.iter().any(|x| FATAL_XIDS.contains(&x.code)),
+        CheckType::GpuNvlink => gpu
+            .nvlink
+            .as_ref()
+            .is_some_and(|l| l.links_up < l.links_total),
         CheckType::GpuTemperature
         | CheckType::GpuUtilization
         | CheckType::GpuMemory
         | CheckType::GpuPower => false,
     }
+}
+
+/// Whether `item` fails on `gpu` for a fatal reading ([`fatal_for`]).
+fn fatal(item: &HealthCheckItem, gpu: &GpuObservation) -> bool {
+    fatal_for(item.type_, gpu) && check_gpu(item, gpu).0 == Verdict::Failed
 }
 
 /// Whether a node's observations carry a reading that fails `spec` fatally (on a fresh
@@ -554,14 +564,27 @@ pub fn evaluate_at_once(
 /// find fatal (an uncorrected ECC error, XID 48 or 79, an NVLink link down): what wakes the
 /// health checks between their runs (`None`: nothing fatal, no hurry).
 pub fn fatal_signal(status: &GryviaGpuNodeStatus) -> Option<Timestamp> {
-    let fatal = status.gpus.iter().any(|g| {
-        g.ecc_double_bit.is_some_and(|d| d > 0)
-            || g.xid_events.iter().any(|x| FATAL_XIDS.contains(&x.code))
-            || g.nvlink
-                .as_ref()
-                .is_some_and(|l| l.links_up < l.links_total)
-    });
+    let fatal = status
+        .gpus
+        .iter()
+        .any(|g| FATAL_TYPES.into_iter().any(|t| fatal_for(t, g)));
     fatal.then(|| newest_observation(status)).flatten()
+}
+
+/// The result of a healthy node without state: what a targeted node the status does not list
+/// stands at.
+pub fn healthy_result(node: &str) -> NodeHealthResult {
+    NodeHealthResult {
+        node: node.to_owned(),
+        verdict: Verdict::Healthy,
+        reasons: Vec::new(),
+        consecutive_failures: 0,
+        gpus: Vec::new(),
+        quarantined: false,
+        remediation: None,
+        drain: None,
+        last_observation: None,
+    }
 }
 
 /// Whether a node's result goes into the status: not healthy, or carrying state.
@@ -1711,7 +1734,6 @@ mod tests {
 
     fn result(node: &str, verdict: Verdict, failures: i32) -> NodeHealthResult {
         NodeHealthResult {
-            node: node.to_owned(),
             verdict,
             reasons: vec!["gpu 0: bad".to_owned()],
             consecutive_failures: failures,
@@ -1720,10 +1742,7 @@ mod tests {
                 verdict,
                 reasons: Vec::new(),
             }],
-            quarantined: false,
-            remediation: None,
-            drain: None,
-            last_observation: None,
+            ..healthy_result(node)
         }
     }
 
@@ -1847,42 +1866,30 @@ mod tests {
         let by_name: BTreeMap<&str, &NodeInfo> =
             world.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let targets = vec!["n1".to_owned()];
-        let mut r = run("hc");
-        let (fresh, _) = verdicts(&hc.spec, &world, &by_name, &targets, &[], true, &mut r);
+        // One evaluation pass over n1 with `previous` results, a run when `due`.
+        let pass = |previous: &[NodeHealthResult], due: bool| {
+            let mut r = run("hc");
+            let (results, observed) =
+                verdicts(&hc.spec, &world, &by_name, &targets, previous, due, &mut r);
+            (results, observed, r.plan.events)
+        };
+        let (fresh, _, events) = pass(&[], true);
         assert_eq!(fresh[0].verdict, Verdict::Failed);
-        assert_eq!(r.plan.events[0].reason, "GpuUnhealthy");
+        assert_eq!(events[0].reason, "GpuUnhealthy");
         // The fatal reading was counted (its observation is the newest counted): carried.
-        let mut r = run("hc");
         let mut carried = result("n1", Verdict::Healthy, 0);
         carried.last_observation = Some(t(now()));
-        let (kept, observed) = verdicts(
-            &hc.spec,
-            &world,
-            &by_name,
-            &targets,
-            std::slice::from_ref(&carried),
-            false,
-            &mut r,
-        );
+        let (kept, observed, events) = pass(std::slice::from_ref(&carried), false);
         assert_eq!(kept, vec![carried.clone()]);
-        assert!(observed.is_empty() && r.plan.events.is_empty());
+        assert!(observed.is_empty() && events.is_empty());
         // An older observation counted: the fatal reading is evaluated at once, between runs.
         carried.last_observation = Some(t(now() - jiff::SignedDuration::from_secs(30)));
-        let mut r = run("hc");
-        let (fresh, observed) = verdicts(
-            &hc.spec,
-            &world,
-            &by_name,
-            &targets,
-            std::slice::from_ref(&carried),
-            false,
-            &mut r,
-        );
+        let (fresh, observed, events) = pass(std::slice::from_ref(&carried), false);
         assert_eq!(fresh[0].verdict, Verdict::Failed);
         assert_eq!(fresh[0].consecutive_failures, 1);
         assert_eq!(fresh[0].last_observation, Some(t(now())));
         assert!(observed.contains_key("n1"));
-        assert_eq!(r.plan.events[0].reason, "GpuUnhealthy");
+        assert_eq!(events[0].reason, "GpuUnhealthy");
     }
 
     #[test]

@@ -285,17 +285,7 @@ impl Sim {
             .iter()
             .find(|r| r.node == node)
             .cloned()
-            .unwrap_or_else(|| gryvia_types::NodeHealthResult {
-                node: node.to_owned(),
-                verdict: Verdict::Healthy,
-                reasons: Vec::new(),
-                consecutive_failures: 0,
-                gpus: Vec::new(),
-                quarantined: false,
-                remediation: None,
-                drain: None,
-                last_observation: None,
-            })
+            .unwrap_or_else(|| gryvia_reconcile::health::healthy_result(node))
     }
 
     fn gpu_node(&mut self, node: &str) -> &mut GryviaGpuNode {

@@ -13,20 +13,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use gryvia_client::gpu_agent::{
-    AGENT_MANAGER, Agent, AgentConfig, DryRunExecutor, Trace, TraceSource,
-};
+use gryvia_client::gpu_agent::{Agent, AgentConfig, DryRunExecutor, TraceSource};
 use gryvia_testsupport::{
     KwokNodes, ServiceAccountAccess, TestNamespace, bind_pod, create_pdb, pod_gone, wait_for,
     wait_object,
 };
-use gryvia_types::{
-    GryviaGpuNode, GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels,
-};
+use gryvia_types::{GryviaHealthCheck, NodeHealthResult, StepPhase, Verdict, labels};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -440,29 +436,25 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     assert!(!status.nodes.iter().any(|r| r.quarantined));
 }
 
-/// Writes one report for `node` (the first frame of `trace`, observed now) the way the agent
-/// does, under the agent's access.
+/// One report for `node` from the first frame of `trace`, made by the node agent itself
+/// (`once`), under the agent's access.
 async fn report(client: &kube::Client, node: &str, trace: &str) {
-    let trace = Trace::parse(trace, "e2e").unwrap();
-    let gpus = trace
-        .render(&trace.frames[0], node, jiff::Timestamp::now())
-        .unwrap();
-    let api: Api<GryviaGpuNode> = Api::all(client.clone());
-    let pp = PatchParams::apply(AGENT_MANAGER).force();
-    let body = json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuNode",
-        "metadata": {"name": node},
-        "spec": {"nodeName": node, "reportIntervalSeconds": 30},
-    });
-    api.patch(node, &pp, &Patch::Apply(&body)).await.unwrap();
-    let status = json!({
-        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuNode",
-        "status": {"gpus": gpus, "gpuCount": gpus.len(), "source": "file:e2e",
-                   "observedAt": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())},
-    });
-    api.patch_status(node, &pp, &Patch::Apply(&status))
-        .await
-        .unwrap();
+    let path = write_trace("event", node, trace);
+    let source = TraceSource::open(&path, node).unwrap();
+    let agent = Agent::new(
+        client.clone(),
+        AgentConfig {
+            node: node.to_owned(),
+            interval: Duration::from_secs(1),
+            once: true,
+        },
+        Box::new(source),
+        Arc::new(DryRunExecutor {
+            log: None,
+            duration: Duration::ZERO,
+        }),
+    );
+    agent.run(std::future::pending()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use futures::StreamExt;
 use gryvia_client::gpu_agent::{AGENT_MANAGER, Trace};
 use gryvia_types::{GryviaGpuNode, GryviaHealthCheck, labels};
@@ -28,18 +28,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-const CHECK: &str = "health-load";
+use gryvia_examples::load::{number_arg, text_arg};
 
-fn arg(name: &str, default: usize) -> anyhow::Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
+const CHECK: &str = "health-load";
 
 async fn report(client: &kube::Client, node: &Node, trace: &Trace) -> anyhow::Result<()> {
     let name = node.name_any();
@@ -183,17 +174,11 @@ fn print_latencies<const N: usize>(
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let paced = arg("--paced", 50)?;
-    let burst = arg("--burst", 100)?;
-    let pace = Duration::from_millis(u64::try_from(arg("--pace-ms", 1500)?)?);
-    let max_percent = arg("--max-percent", 40)?;
-    let args: Vec<String> = std::env::args().collect();
-    let schedule = args
-        .iter()
-        .position(|a| a == "--schedule")
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .unwrap_or_else(|| "*/5 * * * *".to_owned());
+    let paced = number_arg("--paced", 50)?;
+    let burst = number_arg("--burst", 100)?;
+    let pace = Duration::from_millis(u64::try_from(number_arg("--pace-ms", 1500)?)?);
+    let max_percent = number_arg("--max-percent", 40)?;
+    let schedule = text_arg("--schedule").unwrap_or_else(|| "*/5 * * * *".to_owned());
     let client = gryvia_client::connect().await?;
     let nodes: Vec<Node> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels("gryvia.io/testenv=true"))

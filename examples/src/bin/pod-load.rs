@@ -23,18 +23,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
+use gryvia_examples::load::number_arg;
+
 /// Label on every pod the tool makes.
 const LABEL: &str = "gryvia.io/pod-load";
-
-fn arg(args: &[String], name: &str, default: usize) -> anyhow::Result<usize> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .with_context(|| format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
 
 /// Resident memory of process `pid` in MiB (0 when it cannot be read).
 fn rss_mib(pid: usize) -> u64 {
@@ -101,12 +93,11 @@ fn pod(namespace: &str, k: usize) -> anyhow::Result<Pod> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let tenant_count = arg(&args, "--tenants", 20)?.max(1);
-    let pods = arg(&args, "--pods", 20_000)?;
-    let parallel = arg(&args, "--parallel", 16)?.max(1);
-    let apiserver = arg(&args, "--apiserver-pid", 0)?;
-    let etcd = arg(&args, "--etcd-pid", 0)?;
+    let tenant_count = number_arg("--tenants", 20)?.max(1);
+    let pods = number_arg("--pods", 20_000)?;
+    let parallel = number_arg("--parallel", 16)?.max(1);
+    let apiserver = number_arg("--apiserver-pid", 0)?;
+    let etcd = number_arg("--etcd-pid", 0)?;
     let client = gryvia_client::connect().await?;
     let namespaces = tenants(&client, tenant_count, pods / tenant_count + 1).await?;
 

@@ -60,25 +60,19 @@ pub const STANDING_WRITE_EVERY: Duration = Duration::from_millis(30);
 /// `Ready` condition goes at once.
 pub const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(1);
 
-/// What this replica wrote to a job and when.
+/// What this replica wrote to an object (`value`: the part it owns), to which incarnation of
+/// it (`uid`), and when.
 #[derive(Clone, Debug)]
-struct Written {
+struct Written<V> {
     uid: Option<String>,
-    fields: QueueFields,
-    at: Instant,
-}
-
-/// What this replica wrote to a queue's status and when.
-#[derive(Clone, Debug)]
-struct WrittenQueue {
-    status: GryviaQueueStatus,
+    value: V,
     at: Instant,
 }
 
 /// One write the writer makes: a job's plan or a queue's.
 enum Write {
-    Job(Box<(GryviaAIJob, JobKey, Plan<QueueFields>)>),
-    Queue(Box<(GryviaQueue, String, Plan<GryviaQueueStatus>)>),
+    Job(Box<(GryviaAIJob, Plan<QueueFields>)>),
+    Queue(Box<(GryviaQueue, Plan<GryviaQueueStatus>)>),
 }
 
 /// What the scheduler remembers between cycles: writes sent and not yet in the cache (folded
@@ -88,8 +82,8 @@ enum Write {
 /// a write since the last cycle.
 #[derive(Default)]
 struct Memory {
-    jobs: HashMap<JobKey, Written>,
-    queues: HashMap<String, WrittenQueue>,
+    jobs: HashMap<JobKey, Written<QueueFields>>,
+    queues: HashMap<String, Written<Option<GryviaQueueStatus>>>,
     jobs_in_flight: HashSet<JobKey>,
     queues_in_flight: HashSet<String>,
     queue_written_at: HashMap<String, Instant>,
@@ -132,7 +126,8 @@ struct Scheduler {
     executor: Executor,
     metrics: Metrics,
     memory: Mutex<Memory>,
-    /// Writes go to the writer ([`Scheduler::writer`]): a cycle never waits for them.
+    /// Writes go to the writer ([`Scheduler::write`], [`WRITE_PARALLELISM`] at a time): a
+    /// cycle never waits for them.
     writes: futures::channel::mpsc::UnboundedSender<Write>,
     /// Wakes a cycle (a write failed, or a cycle deferred one).
     wake: Arc<tokio::sync::Notify>,
@@ -145,46 +140,62 @@ fn key_of(job: &GryviaAIJob) -> JobKey {
     )
 }
 
-/// Folds what was written (and not yet seen in the cache) into `jobs`; forgets writes the
-/// cache shows, writes to jobs gone or recreated, and writes older than [`WRITTEN_TTL`].
-fn fold_written(jobs: &mut [GryviaAIJob], written: &mut HashMap<JobKey, Written>) {
-    let mut seen: HashSet<JobKey> = HashSet::new();
-    for job in jobs.iter_mut() {
-        let key = key_of(job);
-        let Some(w) = written.get(&key) else {
+/// Folds what was written (and not yet seen in the cache) into `objects` (`part` reads the
+/// written part of an object, `put` sets it); forgets writes the cache shows, writes to
+/// objects gone or recreated, and writes older than [`WRITTEN_TTL`].
+fn fold_written<T, K, V>(
+    objects: &mut [T],
+    written: &mut HashMap<K, Written<V>>,
+    key: impl Fn(&T) -> K,
+    part: impl Fn(&T) -> V,
+    put: impl Fn(&mut T, V),
+) where
+    T: kube::Resource,
+    K: std::hash::Hash + Eq,
+    V: PartialEq + Clone,
+{
+    let mut seen: HashSet<K> = HashSet::new();
+    for obj in objects.iter_mut() {
+        let k = key(obj);
+        let Some(w) = written.get(&k) else {
             continue;
         };
-        seen.insert(key.clone());
-        let current = QueueFields::of(job);
-        if w.uid != job.metadata.uid || current == w.fields || w.at.elapsed() > WRITTEN_TTL {
-            written.remove(&key);
+        let stale = w.uid != obj.meta().uid || part(obj) == w.value || w.at.elapsed() > WRITTEN_TTL;
+        if stale {
+            written.remove(&k);
             continue;
         }
-        let status = job.status.get_or_insert_with(Default::default);
-        status.admission = w.fields.admission.clone();
-        status.preemption = w.fields.preemption.clone();
-        status.queue = w.fields.queue.clone();
+        put(obj, w.value.clone());
+        seen.insert(k);
     }
     written.retain(|k, _| seen.contains(k));
 }
 
-/// Folds the queue statuses written (and not yet in the cache) into `queues`, the way
-/// [`fold_written`] does for jobs.
-fn fold_written_queues(queues: &mut [GryviaQueue], written: &mut HashMap<String, WrittenQueue>) {
-    let mut seen: HashSet<String> = HashSet::new();
-    for q in queues.iter_mut() {
-        let name = q.metadata.name.clone().unwrap_or_default();
-        let Some(w) = written.get(&name) else {
-            continue;
-        };
-        seen.insert(name.clone());
-        if q.status.as_ref() == Some(&w.status) || w.at.elapsed() > WRITTEN_TTL {
-            written.remove(&name);
-            continue;
-        }
-        q.status = Some(w.status.clone());
-    }
-    written.retain(|k, _| seen.contains(k));
+/// [`fold_written`] for jobs: their queue fields.
+fn fold_written_jobs(
+    jobs: &mut [GryviaAIJob],
+    written: &mut HashMap<JobKey, Written<QueueFields>>,
+) {
+    fold_written(jobs, written, key_of, QueueFields::of, |job, fields| {
+        let status = job.status.get_or_insert_with(Default::default);
+        status.admission = fields.admission;
+        status.preemption = fields.preemption;
+        status.queue = fields.queue;
+    });
+}
+
+/// [`fold_written`] for queues: their status.
+fn fold_written_queues(
+    queues: &mut [GryviaQueue],
+    written: &mut HashMap<String, Written<Option<GryviaQueueStatus>>>,
+) {
+    fold_written(
+        queues,
+        written,
+        |q| q.metadata.name.clone().unwrap_or_default(),
+        |q| q.status.clone(),
+        |q, status| q.status = status,
+    );
 }
 
 /// The live (bound, unfinished) pods of job `key`.
@@ -277,7 +288,7 @@ impl Scheduler {
         let mut jobs = owned(&self.jobs.state());
         {
             let mut memory = self.memory();
-            fold_written(&mut jobs, &mut memory.jobs);
+            fold_written_jobs(&mut jobs, &mut memory.jobs);
             fold_written_queues(&mut queues, &mut memory.queues);
         }
         let priorities = owned(&self.priorities.state());
@@ -349,14 +360,14 @@ impl Scheduler {
                 w.job.clone(),
                 Written {
                     uid: job.metadata.uid.clone(),
-                    fields: w.fields.clone(),
+                    value: w.fields.clone(),
                     at: Instant::now(),
                 },
             );
             memory.jobs_in_flight.insert(w.job.clone());
             if self
                 .writes
-                .unbounded_send(Write::Job(Box::new(((*job).clone(), w.job, plan))))
+                .unbounded_send(Write::Job(Box::new(((*job).clone(), plan))))
                 .is_ok()
             {
                 sent += 1;
@@ -400,8 +411,9 @@ impl Scheduler {
             plan.status = Some(status.clone());
             memory.queues.insert(
                 name.clone(),
-                WrittenQueue {
-                    status,
+                Written {
+                    uid: q.metadata.uid.clone(),
+                    value: Some(status),
                     at: Instant::now(),
                 },
             );
@@ -409,7 +421,7 @@ impl Scheduler {
             memory.queues_in_flight.insert(name.clone());
             if self
                 .writes
-                .unbounded_send(Write::Queue(Box::new((q.clone(), name, plan))))
+                .unbounded_send(Write::Queue(Box::new((q.clone(), plan))))
                 .is_ok()
             {
                 sent += 1;
@@ -423,46 +435,51 @@ impl Scheduler {
 
     /// Makes one write; what it wrote stays remembered until the cache shows it, a failed one
     /// is forgotten (the next cycle decides again from the cache) and its error is the next
-    /// cycle's.
+    /// cycle's. Wakes a cycle after a failure, or when a cycle left an object out meanwhile.
     async fn write(&self, write: Write) {
-        let (result, failed_job, failed_queue) = match write {
+        let (result, job, queue) = match write {
             Write::Job(w) => {
-                let (job, key, plan) = *w;
+                let (job, plan) = *w;
+                let key = key_of(&job);
                 let result = self.executor.apply(&job, &plan).await.map(|_| ());
                 if let Err(e) = &result {
                     warn!(job = %key, error = %e, "could not write the queue's decision");
                 }
-                let mut memory = self.memory();
-                memory.jobs_in_flight.remove(&key);
-                drop(memory);
                 (result, Some(key), None)
             }
             Write::Queue(w) => {
-                let (q, name, plan) = *w;
+                let (q, plan) = *w;
+                let name = q.metadata.name.clone().unwrap_or_default();
                 let result = self.executor.apply(&q, &plan).await.map(|_| ());
                 if let Err(e) = &result {
                     warn!(queue = %name, error = %e, "could not write the queue's status");
                 }
-                self.memory().queues_in_flight.remove(&name);
                 (result, None, Some(name))
             }
         };
         let mut memory = self.memory();
-        if let Err(e) = result {
-            if let Some(key) = failed_job {
-                memory.jobs.remove(&key);
+        if let Some(key) = &job {
+            memory.jobs_in_flight.remove(key);
+        }
+        if let Some(name) = &queue {
+            memory.queues_in_flight.remove(name);
+        }
+        let wake = match result {
+            Err(e) => {
+                if let Some(key) = &job {
+                    memory.jobs.remove(key);
+                }
+                if let Some(name) = &queue {
+                    memory.queues.remove(name);
+                    memory.queue_written_at.remove(name);
+                }
+                memory.failed.get_or_insert(e);
+                true
             }
-            if let Some(name) = failed_queue {
-                memory.queues.remove(&name);
-                memory.queue_written_at.remove(&name);
-            }
-            memory.failed.get_or_insert(e);
-            drop(memory);
-            self.wake.notify_one();
-        } else if memory.deferred {
-            // A cycle left this object out while its write was in flight.
-            memory.deferred = false;
-            drop(memory);
+            Ok(()) => std::mem::take(&mut memory.deferred),
+        };
+        drop(memory);
+        if wake {
             self.wake.notify_one();
         }
     }
@@ -616,15 +633,15 @@ mod tests {
             JobKey::new("ml", "a"),
             Written {
                 uid: Some("u1".to_owned()),
-                fields: standing(2),
+                value: standing(2),
                 at: Instant::now(),
             },
         )]);
-        fold_written(&mut jobs, &mut written);
+        fold_written_jobs(&mut jobs, &mut written);
         assert_eq!(QueueFields::of(&jobs[0]), standing(2));
         assert_eq!(written.len(), 1, "kept until the cache shows it");
         let mut cached = vec![jobs[0].clone()];
-        fold_written(&mut cached, &mut written);
+        fold_written_jobs(&mut cached, &mut written);
         assert!(written.is_empty(), "the cache shows it: forgotten");
     }
 
@@ -635,7 +652,7 @@ mod tests {
                 JobKey::new("ml", "a"),
                 Written {
                     uid: Some("old".to_owned()),
-                    fields: standing(1),
+                    value: standing(1),
                     at: Instant::now(),
                 },
             ),
@@ -643,13 +660,13 @@ mod tests {
                 JobKey::new("ml", "gone"),
                 Written {
                     uid: Some("u9".to_owned()),
-                    fields: standing(1),
+                    value: standing(1),
                     at: Instant::now(),
                 },
             ),
         ]);
         let mut jobs = vec![job("a", "new")];
-        fold_written(&mut jobs, &mut written);
+        fold_written_jobs(&mut jobs, &mut written);
         assert!(written.is_empty());
         assert_eq!(QueueFields::of(&jobs[0]), QueueFields::default());
     }

@@ -139,15 +139,8 @@ mod tests {
 
     fn result(node: &str, verdict: Verdict) -> NodeHealthResult {
         NodeHealthResult {
-            node: node.to_owned(),
             verdict,
-            reasons: Vec::new(),
-            consecutive_failures: 0,
-            gpus: Vec::new(),
-            quarantined: false,
-            remediation: None,
-            drain: None,
-            last_observation: None,
+            ..crate::health::healthy_result(node)
         }
     }
 
