@@ -409,7 +409,9 @@ pub fn tenant_quota(tenant: &GryviaTenant, own: Option<i32>) -> Option<ResourceQ
 }
 
 /// The tenant's LimitRange: requests for containers that set none, GPUs per container capped
-/// at what the namespace may use.
+/// at what the namespace may use. With a cap, a container that asks for no GPU gets none by
+/// default: the API server defaults a LimitRange's missing `default` to its `max`, which would
+/// give every such container the namespace's whole GPU quota (and have it rejected by it).
 pub fn tenant_limits(tenant: &str, own: Option<i32>) -> LimitRange {
     let quantities = |pairs: &[(&str, String)]| {
         pairs
@@ -426,6 +428,7 @@ pub fn tenant_limits(tenant: &str, own: Option<i32>) -> LimitRange {
                     ("cpu", "100m".to_owned()),
                     ("memory", "256Mi".to_owned()),
                 ])),
+                default: own.map(|_| quantities(&[(labels::NVIDIA_GPU_RESOURCE, "0".to_owned())])),
                 max: own
                     .map(|o| quantities(&[(labels::NVIDIA_GPU_RESOURCE, o.max(0).to_string())])),
                 ..LimitRangeItem::default()
@@ -1124,7 +1127,13 @@ mod tests {
             item(Some(3)).max.unwrap()[labels::NVIDIA_GPU_RESOURCE],
             Quantity("3".into())
         );
+        // Without a default the API server would take the max as every container's GPUs.
+        assert_eq!(
+            item(Some(3)).default.unwrap()[labels::NVIDIA_GPU_RESOURCE],
+            Quantity("0".into())
+        );
         assert!(item(None).max.is_none());
+        assert!(item(None).default.is_none());
         assert_eq!(item(None).type_, "Container");
     }
 

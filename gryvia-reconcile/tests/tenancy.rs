@@ -92,6 +92,7 @@ fn a_tenant_gets_an_unowned_namespace_quota_limit_range_and_ready_status() {
     assert_eq!(quota["metadata"]["namespace"], "tenant-ml");
     let lr = applied(&plan, "LimitRange", "gryvia-defaults").unwrap();
     assert_eq!(lr["spec"]["limits"][0]["max"]["nvidia.com/gpu"], "16");
+    assert_eq!(lr["spec"]["limits"][0]["default"]["nvidia.com/gpu"], "0");
     assert_eq!(lr["spec"]["limits"][0]["defaultRequest"]["cpu"], "100m");
     assert!(deleted(&plan, "NetworkPolicy", "gryvia-tenant-isolation"));
     for rb in [

@@ -229,6 +229,25 @@ async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enf
         }
         other => panic!("a pod over the GPU quota was not rejected: {other:?}"),
     }
+    // A pod that asks for no GPU gets none (the LimitRange's GPU cap is not its default), so
+    // it is admitted while the GPU quota is in use.
+    let cpu_only: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "cpu-only"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let made = pods
+        .create(&PostParams::default(), &cpu_only)
+        .await
+        .unwrap_or_else(|e| panic!("a pod without GPUs was not admitted: {e}"));
+    let resources = made.spec.unwrap().containers[0].resources.clone().unwrap();
+    for (what, list) in [("limits", resources.limits), ("requests", resources.requests)] {
+        let gpus = list.and_then(|l| l.get("nvidia.com/gpu").cloned());
+        assert!(
+            gpus.as_ref().is_none_or(|q| q.0 == "0"),
+            "a pod without GPUs got {what} of {gpus:?}"
+        );
+    }
     delete_tenant_and_namespace(&client, &name).await;
 }
 
