@@ -241,7 +241,10 @@ async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enf
         .await
         .unwrap_or_else(|e| panic!("a pod without GPUs was not admitted: {e}"));
     let resources = made.spec.unwrap().containers[0].resources.clone().unwrap();
-    for (what, list) in [("limits", resources.limits), ("requests", resources.requests)] {
+    for (what, list) in [
+        ("limits", resources.limits),
+        ("requests", resources.requests),
+    ] {
         let gpus = list.and_then(|l| l.get("nvidia.com/gpu").cloned());
         assert!(
             gpus.as_ref().is_none_or(|q| q.0 == "0"),
