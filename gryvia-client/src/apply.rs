@@ -10,6 +10,13 @@
 //!
 //! A dry-run executor ([`Executor::dry_run`]) logs each Plan it is given and acts on nothing:
 //! what Gryvia would do on this cluster.
+//!
+//! With the operator's caches ([`Executor::with_caches`]) an apply that could change nothing is
+//! not sent: the same body as the executor's last apply to that object while the object is
+//! still at the resourceVersion that apply left (the cache shows the child at it; for a status,
+//! the reconciled object is at it). Any other writer's change moves the version, and the next
+//! apply goes out. A tenant reconciled at every pod placed otherwise re-sent its namespace,
+//! quota, limits and status each time: four requests that changed nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,7 +67,19 @@ pub struct Executor {
     /// Objects a delete found already gone, and when: repeated deletes of absent children
     /// (a Plan says "must not exist" on every reconcile) are skipped for [`GONE_TTL`].
     gone: Arc<Mutex<HashMap<ObjectRef, std::time::Instant>>>,
+    /// Per object (its status under the `/status` kind suffix): the hash of the last body
+    /// applied and the resourceVersion the apply left.
+    applied: Arc<std::sync::Mutex<HashMap<ObjectRef, (u64, String)>>>,
+    caches: Option<crate::cache::Caches>,
     dry_run: bool,
+}
+
+/// A hash of a body to apply.
+fn body_hash(body: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.to_string().hash(&mut h);
+    h.finish()
 }
 
 /// How long a delete that found its object gone is remembered.
@@ -108,8 +127,40 @@ impl Executor {
             field_manager: field_manager.to_owned(),
             kinds: Arc::default(),
             gone: Arc::default(),
+            applied: Arc::default(),
+            caches: None,
             dry_run: false,
         }
+    }
+
+    /// Leaves out applies that could change nothing, telling so from `caches` (see the module
+    /// documentation).
+    #[must_use]
+    pub fn with_caches(mut self, caches: crate::cache::Caches) -> Self {
+        self.caches = Some(caches);
+        self
+    }
+
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, (u64, String)>> {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the last apply of `hash` to `r` left it at `version` (so it is still as applied).
+    fn unchanged_since_applied(&self, r: &ObjectRef, hash: u64, version: Option<&str>) -> bool {
+        version.is_some_and(|v| {
+            self.applied()
+                .get(r)
+                .is_some_and(|(h, at)| *h == hash && at == v)
+        })
+    }
+
+    fn remember_applied(&self, r: &ObjectRef, hash: u64, version: Option<String>) {
+        match version {
+            Some(v) => self.applied().insert(r.clone(), (hash, v)),
+            None => self.applied().remove(r),
+        };
     }
 
     /// With `true`, [`Executor::apply`] logs each Plan (at info, with every action) and acts
@@ -276,6 +327,7 @@ impl Executor {
         .await
         {
             Ok(_) => {
+                self.applied().remove(r);
                 debug!(object = %r, "deleted");
                 Ok(())
             }
@@ -369,15 +421,32 @@ impl Executor {
     /// Applies `object` (the object of `child`, perhaps with an owner reference) with
     /// server-side apply, forcing conflicts.
     async fn apply_object(&self, child: &Child, object: &Value) -> Result<()> {
-        self.gone.lock().await.remove(&child.object_ref);
-        let api = self.dynamic_api(&child.object_ref).await?;
+        let r = &child.object_ref;
+        self.gone.lock().await.remove(r);
+        let hash = body_hash(object);
+        let cached = self.caches.as_ref().and_then(|c| {
+            c.resource_version(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
+        });
+        if self.unchanged_since_applied(r, hash, cached.as_deref()) {
+            return Ok(());
+        }
+        let api = self.dynamic_api(r).await?;
         let params = PatchParams::apply(&self.field_manager).force();
-        timed(
-            format!("apply {}", child.object_ref),
-            api.patch(&child.object_ref.name, &params, &Patch::Apply(object)),
+        let result = timed(
+            format!("apply {r}"),
+            api.patch(&r.name, &params, &Patch::Apply(object)),
         )
-        .await?;
-        Ok(())
+        .await;
+        match result {
+            Ok(obj) => {
+                self.remember_applied(r, hash, obj.metadata.resource_version);
+                Ok(())
+            }
+            Err(e) => {
+                self.applied().remove(r);
+                Err(e)
+            }
+        }
     }
 
     async fn apply_status<K, S>(&self, owner: &K, status: &S) -> Result<()>
@@ -394,21 +463,41 @@ impl Executor {
         });
         let params = PatchParams::apply(&self.field_manager).force();
         let name = owner.name_any();
-        match timed(
+        let kind = format!("{}/status", K::kind(&()));
+        let r = match owner.meta().namespace.as_deref() {
+            Some(ns) => ObjectRef::namespaced(&K::api_version(&()), &kind, ns, &name),
+            None => ObjectRef::cluster(&K::api_version(&()), &kind, &name),
+        };
+        let hash = body_hash(&body);
+        if self.caches.is_some()
+            && self.unchanged_since_applied(&r, hash, owner.meta().resource_version.as_deref())
+        {
+            return Ok(());
+        }
+        let result = timed(
             format!("apply status of {} {name}", K::kind(&())),
             api.patch_status(&name, &params, &Patch::Apply(&body)),
         )
-        .await
-        {
-            // The object was deleted meanwhile (its last finalizer went): nothing to record on.
-            Err(e) if is_not_found(&e) => Ok(()),
-            other => other.map(|_| ()),
+        .await;
+        match result {
+            Ok(obj) => {
+                self.remember_applied(&r, hash, obj.meta().resource_version.clone());
+                Ok(())
+            }
+            Err(e) => {
+                self.applied().remove(&r);
+                // The object was deleted meanwhile (its last finalizer went): nothing to record
+                // on.
+                if is_not_found(&e) { Ok(()) } else { Err(e) }
+            }
         }
     }
 
     /// Applies node operations: in order on each node (cordon before taint), up to
     /// [`NODE_PARALLELISM`] nodes at a time (a burst of quarantines is bound by API round
-    /// trips, three per node).
+    /// trips). A cordon followed by a taint change is one write (`spec.unschedulable` and the
+    /// taints together), read from the cache when it holds the node: a quarantine is one round
+    /// trip, not three.
     async fn node_ops(&self, ops: &[NodeOp]) -> Result<()> {
         use futures::StreamExt;
         let mut by_node: Vec<Vec<NodeOp>> = Vec::new();
@@ -422,8 +511,29 @@ impl Executor {
         let results: Vec<Result<()>> = futures::stream::iter(by_node.into_iter().map(|list| {
             let this = self.clone();
             async move {
-                for op in &list {
-                    this.node_op(op).await?;
+                let mut i = 0;
+                while i < list.len() {
+                    let cordon = match &list[i] {
+                        NodeOp::Cordon { .. } => Some(true),
+                        NodeOp::Uncordon { .. } => Some(false),
+                        _ => None,
+                    };
+                    match (cordon, list.get(i + 1)) {
+                        (Some(c), Some(NodeOp::Taint { node, taint })) => {
+                            this.update_taints(node, Some(c), |t| set_taint(t, taint))
+                                .await?;
+                            i += 2;
+                        }
+                        (Some(c), Some(NodeOp::RemoveTaint { node, key, effect })) => {
+                            this.update_taints(node, Some(c), |t| remove_taint(t, key, *effect))
+                                .await?;
+                            i += 2;
+                        }
+                        _ => {
+                            this.node_op(&list[i]).await?;
+                            i += 1;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -464,39 +574,50 @@ impl Executor {
                 .await?;
             }
             NodeOp::Taint { taint, .. } => {
-                self.update_taints(name, |taints| set_taint(taints, taint))
+                self.update_taints(name, None, |taints| set_taint(taints, taint))
                     .await?
             }
             NodeOp::RemoveTaint { key, effect, .. } => {
-                self.update_taints(name, |taints| remove_taint(taints, key, *effect))
+                self.update_taints(name, None, |taints| remove_taint(taints, key, *effect))
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// Read-modify-write of a node's taints with an optimistic-concurrency precondition,
-    /// retried on conflict.
+    /// Read-modify-write of a node's taints (and, with `unschedulable`, its cordon) with an
+    /// optimistic-concurrency precondition, retried on conflict. The first read is the
+    /// cache's when it holds the node (a conflict rereads from the API server).
     async fn update_taints(
         &self,
         name: &str,
+        unschedulable: Option<bool>,
         change: impl Fn(&mut Vec<k8s_openapi::api::core::v1::Taint>) -> bool,
     ) -> Result<()> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         for attempt in 0..5 {
-            let node = timed(format!("read node {name}"), nodes.get(name)).await?;
-            let mut taints = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default();
-            if !change(&mut taints) {
+            let cached = (attempt == 0)
+                .then(|| self.caches.as_ref()?.cached::<Node>(None, name))
+                .flatten();
+            let node = match cached {
+                Some(node) => node,
+                None => Arc::new(timed(format!("read node {name}"), nodes.get(name)).await?),
+            };
+            let spec = node.spec.as_ref();
+            let mut taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+            let taints_changed = change(&mut taints);
+            let cordon_changed = unschedulable
+                .is_some_and(|u| spec.and_then(|s| s.unschedulable).unwrap_or(false) != u);
+            if !taints_changed && !cordon_changed {
                 return Ok(());
             }
-            let patch = json!({
+            let mut patch = json!({
                 "metadata": { "resourceVersion": node.resource_version() },
                 "spec": { "taints": taints }
             });
+            if let Some(u) = unschedulable {
+                patch["spec"]["unschedulable"] = json!(u);
+            }
             match timed(
                 format!("taint node {name}"),
                 nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),

@@ -42,9 +42,16 @@ type Subscriber<K> = futures::channel::mpsc::Sender<Arc<K>>;
 type Start =
     Box<dyn FnOnce(Box<dyn Any + Send>, Box<dyn Any + Send>) -> BoxFuture<'static, ()> + Send>;
 
+/// The resourceVersion of the cached object of a namespace (or none) and name.
+type Version = Box<dyn Fn(Option<&str>, &str) -> Option<String> + Send>;
+
 struct Entry {
     /// `Store<K>`, for more readers.
     store: Box<dyn Any + Send>,
+    /// `apiVersion` and `kind` of `K`.
+    kind: (String, String),
+    /// Reads a cached object's resourceVersion.
+    version: Version,
     /// `Writer<K>` until the watch starts.
     writer: Option<Box<dyn Any + Send>>,
     /// `Vec<Subscriber<K>>` until the watch starts.
@@ -129,6 +136,42 @@ fn trim<K: Cacheable>(obj: &mut K) {
             c.readiness_probe = None;
             c.startup_probe = None;
             c.lifecycle = None;
+            c.ports = None;
+            c.security_context = None;
+            c.resize_policy = None;
+            c.termination_message_path = None;
+            c.termination_message_policy = None;
+            c.image_pull_policy = None;
+            c.working_dir = None;
+        }
+        spec.security_context = None;
+        spec.affinity = None;
+        spec.dns_config = None;
+        spec.host_aliases = None;
+        spec.readiness_gates = None;
+        spec.topology_spread_constraints = None;
+        spec.scheduling_gates = None;
+        spec.overhead = None;
+        if let Some(status) = pod.status.as_mut() {
+            status.host_ip = None;
+            status.host_ips = None;
+            status.pod_ip = None;
+            status.pod_ips = None;
+            status.qos_class = None;
+            for c in status
+                .container_statuses
+                .iter_mut()
+                .flatten()
+                .chain(status.init_container_statuses.iter_mut().flatten())
+            {
+                c.image = String::new();
+                c.image_id = String::new();
+                c.container_id = None;
+                c.allocated_resources = None;
+                c.resources = None;
+                c.volume_mounts = None;
+                c.user = None;
+            }
         }
     }
 }
@@ -220,8 +263,16 @@ impl Caches {
                 };
                 reflect(api, config, *writer, *subscribers).boxed()
             };
+            let reader = store.clone();
+            let version: Version = Box::new(move |namespace, name| {
+                let mut r = reflector::ObjectRef::<K>::new(name);
+                r.namespace = namespace.map(str::to_owned);
+                reader.get(&r)?.meta().resource_version.clone()
+            });
             Entry {
                 store: Box::new(store),
+                kind: (K::api_version(&()).into_owned(), K::kind(&()).into_owned()),
+                version,
                 writer: Some(Box::new(writer)),
                 subscribers: Some(Box::new(Vec::<Subscriber<K>>::new())),
                 start: Some(Box::new(start)),
@@ -272,6 +323,34 @@ impl Caches {
             );
         }
         rx
+    }
+
+    /// The object `namespace`/`name` of kind `K` as the (unfiltered) cache of `K` holds it;
+    /// `None` when it holds none or no such cache is kept (none is made).
+    pub fn cached<K: Cacheable>(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        let entries = self.entries();
+        let store = entries
+            .get(&(TypeId::of::<K>(), String::new()))?
+            .store
+            .downcast_ref::<Store<K>>()?;
+        let mut r = reflector::ObjectRef::<K>::new(name);
+        r.namespace = namespace.map(str::to_owned);
+        store.get(&r)
+    }
+
+    /// The resourceVersion of the object `apiVersion`/`kind` `namespace`/`name` as a cache of
+    /// its kind holds it; `None` when no cache holds it (or none of its kind is kept).
+    pub fn resource_version(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<String> {
+        self.entries()
+            .values()
+            .filter(|e| e.kind.0 == api_version && e.kind.1 == kind)
+            .find_map(|e| (e.version)(namespace, name))
     }
 
     /// Runs every watch asked for so far until the returned future is dropped.
@@ -333,7 +412,11 @@ mod tests {
                                 "command": ["run"], "args": ["--x"], "volumeMounts": [{"name": "v", "mountPath": "/v"}],
                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
             },
-            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                       "podIP": "10.0.0.1", "hostIP": "10.1.0.1", "qosClass": "BestEffort",
+                       "containerStatuses": [{"name": "c", "image": "i", "imageID": "sha256:x",
+                           "ready": false, "restartCount": 2,
+                           "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]},
         }))
         .expect("a valid pod");
         trim(&mut pod);
@@ -348,10 +431,15 @@ mod tests {
             c.env.is_none() && c.command.is_none() && c.args.is_none() && c.volume_mounts.is_none()
         );
         assert!(c.resources.as_ref().is_some_and(|r| r.limits.is_some()));
-        assert_eq!(
-            pod.status.and_then(|s| s.conditions).map(|c| c.len()),
-            Some(1)
-        );
+        let status = pod.status.unwrap_or_default();
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+        assert!(status.pod_ip.is_none() && status.host_ip.is_none() && status.qos_class.is_none());
+        // What a failure is classified by stays: the state, the exit code, the restarts.
+        let cs = &status.container_statuses.unwrap_or_default()[0];
+        assert!(cs.image_id.is_empty());
+        assert_eq!(cs.restart_count, 2);
+        let terminated = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(terminated.map(|t| t.exit_code), Some(137));
     }
 
     #[test]

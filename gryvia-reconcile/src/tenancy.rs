@@ -105,9 +105,12 @@ pub fn node_products(nodes: &[Node]) -> BTreeMap<String, String> {
 /// GPUs of the pods that hold them (bound, not finished), per GPU product of their node
 /// (`products`, by node name; `unknown` for a node without a product or not listed). What
 /// [`TenantWorld::gpus_by_type`] holds for a tenant's pods.
-pub fn gpus_by_product(pods: &[Pod], products: &BTreeMap<String, String>) -> BTreeMap<String, i32> {
+pub fn gpus_by_product<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    products: &BTreeMap<String, String>,
+) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
-    for pod in pods.iter().filter(|p| facts::holds_gpus(p)) {
+    for pod in pods.into_iter().filter(|p| facts::holds_gpus(p)) {
         let gpus = pod_gpus(pod);
         if gpus == 0 {
             continue;

@@ -162,12 +162,12 @@ fn print_latencies<const N: usize>(
             .collect();
         lat.sort_by(f64::total_cmp);
         println!(
-            "{phase}: {} of {} nodes quarantined; detect-to-cordon p50 {:.2}s p99 {:.2}s max {:.2}s",
+            "{phase}: {} of {} nodes quarantined; detect-to-cordon p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
             lat.len(),
             names.len(),
-            percentile(&lat, 50.0),
-            percentile(&lat, 99.0),
-            lat.last().copied().unwrap_or(f64::NAN)
+            percentile(&lat, 50.0) * 1000.0,
+            percentile(&lat, 99.0) * 1000.0,
+            lat.last().copied().unwrap_or(f64::NAN) * 1000.0
         );
     }
 }

@@ -71,7 +71,9 @@ impl Shared {
     /// The context of a controller: its executor applies under the reconciler's own name as
     /// field manager (one per controller), or only logs with `dry_run`.
     pub fn context<R: Reconcile, O>(&self, reconciler: R, observer: O) -> Arc<Context<R, O>> {
-        let executor = Executor::new(self.client.clone(), reconciler.name()).dry_run(self.dry_run);
+        let executor = Executor::new(self.client.clone(), reconciler.name())
+            .dry_run(self.dry_run)
+            .with_caches(self.caches.clone());
         Arc::new(Context::new(
             reconciler,
             observer,

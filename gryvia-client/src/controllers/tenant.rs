@@ -3,12 +3,13 @@
 //! `gryvia_reconcile::tenancy`). Reads tenants, the namespace, its quota and workloads and the
 //! nodes' GPU products from the operator's caches.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gryvia_reconcile::facts;
 use gryvia_reconcile::tenancy::{
     NamespaceState, TENANT_QUOTA, TenantOptions, TenantReconciler, TenantSummary, TenantWorld,
-    gpus_by_product, namespace_of, node_products,
+    gpus_by_product, namespace_of,
 };
 use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
@@ -19,7 +20,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Running, Shared, cached, changed, in_namespace, managed_selector, owned};
+use super::{Running, Shared, cached, changed, in_namespace, managed_selector};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, cluster_owner, run, spec_or_lifecycle};
@@ -99,10 +100,20 @@ impl Observe for TenantObserver {
         let gpus_in_use = cached(&self.quotas, Some(&ns), TENANT_QUOTA)
             .map(|rq| gpus_used(&rq))
             .unwrap_or(0);
-        let pod_list: Vec<Pod> = owned(&in_namespace(&self.pods, Some(&ns)));
+        // Read in place: a tenant reconciles at every GPU pod placed or ended, and copying
+        // the namespace's pods and the fleet's nodes each time made the quota-operator the
+        // busiest process of a 2,000-node fleet filling with pods.
+        let pod_list = in_namespace(&self.pods, Some(&ns));
         let pods = pod_list.len();
-        let nodes: Vec<Node> = owned(&self.nodes.state());
-        let gpus_by_type = gpus_by_product(&pod_list, &node_products(&nodes));
+        let products: BTreeMap<String, String> = pod_list
+            .iter()
+            .filter_map(|p| facts::node_of(p))
+            .filter_map(|n| {
+                let node = cached(&self.nodes, None, n)?;
+                Some((n.to_owned(), facts::gpu_product(&node)?.to_owned()))
+            })
+            .collect();
+        let gpus_by_type = gpus_by_product(pod_list.iter().map(AsRef::as_ref), &products);
         let jobs = in_namespace(&self.jobs, Some(&ns)).len();
         let ai_jobs = in_namespace(&self.ai_jobs, Some(&ns)).len();
         let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
