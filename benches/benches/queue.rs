@@ -103,6 +103,87 @@ fn world(preempt: bool) -> QueueWorld {
     w
 }
 
+/// Kueue's own scheduler scenario (`configs/baseline/generator.yaml`), as
+/// `benches/scheduler/run` gives it to the native queue: 5 cohorts of 6 queues (nominal 20
+/// GPUs, borrowing limit 100, BestEffortFIFO, preemption within the queue and reclaim within
+/// the cohort), 350 small (1 GPU, priority 25), 100 medium (5 GPUs, 50) and 50 large (20 GPUs,
+/// 100) one-worker jobs per queue without an expected run time, quota only (no gang
+/// admission); a first cycle's admissions run, the other 14,000-odd jobs wait.
+fn kueue_baseline() -> QueueWorld {
+    const PRODUCT: &str = "NVIDIA-H100-80GB-HBM3";
+    let queues: Vec<QueueInfo> = (0..30)
+        .map(|i| {
+            let name = format!("q-{}-{}", i / 6, i % 6);
+            QueueInfo {
+                namespaces: vec![name.clone()],
+                name,
+                cohort: Some(format!("cohort-{}", i / 6)),
+                resources: vec![QuotaEntry {
+                    gpu_type: PRODUCT.to_owned(),
+                    nominal: 20 * ONE_GPU,
+                    borrowing_limit: Some(100 * ONE_GPU),
+                    lending_limit: None,
+                }],
+                strategy: QueueingStrategy::BestEffortFIFO,
+                preempt_lower_priority: true,
+                reclaim_within_cohort: true,
+                gang_admission: false,
+            }
+        })
+        .collect();
+    let nodes = (0..10)
+        .map(|i| NodeCapacity {
+            name: format!("kwok-{i:02}"),
+            product: Some(PRODUCT.to_owned()),
+            allocatable: Used(BTreeMap::from([(Slot::Gpu, 128)])),
+            ..NodeCapacity::default()
+        })
+        .collect();
+    let mut jobs = Vec::new();
+    for q in &queues {
+        for (class, count, gpus, priority) in [
+            ("small", 350, 1, 25),
+            ("medium", 100, 5, 50),
+            ("large", 50, 20, 100),
+        ] {
+            for k in 0..count {
+                jobs.push(JobInfo {
+                    key: JobKey::new(q.name.clone(), format!("{class}-{k}")),
+                    created: now()
+                        .checked_sub(jiff::SignedDuration::from_secs(
+                            i64::try_from(20_000 - jobs.len()).unwrap_or(0),
+                        ))
+                        .unwrap_or(now()),
+                    class_value: 0,
+                    priority,
+                    gpu_type: Some(PRODUCT.to_owned()),
+                    workers: 1,
+                    share: Share::Gpus(gpus),
+                    reservation: None,
+                    expected_seconds: None,
+                    grace_seconds: 30,
+                    state: JobState::Pending,
+                    live: BTreeMap::new(),
+                    node_selector: BTreeMap::new(),
+                    tolerations: Vec::new(),
+                });
+            }
+        }
+    }
+    let mut w = QueueWorld {
+        queues,
+        nodes,
+        jobs,
+    };
+    let first = cycle(&w, now());
+    for a in first.admitted {
+        if let Some(j) = w.jobs.iter_mut().find(|j| j.key == a.job) {
+            j.state = JobState::Admitted(a.admission);
+        }
+    }
+    w
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("queue");
     g.sample_size(10);
@@ -119,6 +200,13 @@ fn bench(c: &mut Criterion) {
         );
         g.bench_function(&name, |b| b.iter(|| cycle(black_box(&w), now())));
     }
+    let w = kueue_baseline();
+    let (running, pending) = w.jobs.iter().fold((0, 0), |(r, p), j| match j.state {
+        JobState::Pending => (r, p + 1),
+        _ => (r + 1, p),
+    });
+    let name = format!("cycle/kueue_baseline_{pending}_pending_{running}_running_30_queues");
+    g.bench_function(&name, |b| b.iter(|| cycle(black_box(&w), now())));
     g.finish();
 }
 

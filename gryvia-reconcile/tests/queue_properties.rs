@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use gryvia_reconcile::queue::{
     Cycle, JobInfo, JobKey, JobState, Milli, NodeCapacity, ONE_GPU, QueueInfo, QueueWorld,
-    QuotaEntry, Share, Slot, Unavailable, Used, cycle, expected_start,
+    QuotaEntry, Share, Slot, Unavailable, Used, cycle, cycle_deciding_every_job, expected_start,
 };
 use gryvia_types::scheduling::QueueingStrategy;
 use proptest::prelude::*;
@@ -252,8 +252,67 @@ fn check_strict(before: &QueueWorld, c: &Cycle) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Jobs of few shapes (two priorities, one or two workers of 1 or 8 GPUs, with or without an
+/// expected run time): long runs of like jobs in a queue.
+fn like_jobs(queues: usize) -> impl Strategy<Value = Vec<JobInfo>> {
+    prop::collection::vec(
+        (
+            0..queues,
+            1_u32..=2,
+            prop::sample::select(vec![1_u32, 8]),
+            prop::sample::select(vec![10, 60]),
+            0_i64..100,
+            prop::option::of(Just(3600_i64)),
+        ),
+        0..40,
+    )
+    .prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (q, workers, gpus, priority, age, expected))| JobInfo {
+                key: JobKey::new(format!("q{q}"), format!("j{i}")),
+                created: now()
+                    .checked_sub(jiff::SignedDuration::from_mins(age))
+                    .unwrap(),
+                class_value: 0,
+                priority,
+                gpu_type: Some(H100.into()),
+                workers,
+                share: Share::Gpus(gpus),
+                reservation: None,
+                expected_seconds: expected,
+                grace_seconds: 30,
+                state: JobState::Pending,
+                live: BTreeMap::new(),
+                node_selector: BTreeMap::new(),
+                tolerations: Vec::new(),
+            })
+            .collect()
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A job of the same shape as one just left waiting in its queue, with nothing admitted,
+    /// preempted or blocked in between, takes that job's reason instead of being decided
+    /// again: cycle after cycle, that gives exactly what deciding every job gives.
+    #[test]
+    fn like_jobs_decided_once_per_change_decide_as_every_job_decided(
+        (mut w, jobs) in world(3).prop_flat_map(|w| {
+            let n = w.queues.len();
+            (Just(w), like_jobs(n))
+        })
+    ) {
+        w.jobs = jobs;
+        for step in 0..4 {
+            let fast = cycle(&w, now());
+            let full = cycle_deciding_every_job(&w, now());
+            prop_assert_eq!(&fast, &full, "step {}", step);
+            apply(&mut w, &fast, step % 2 == 1);
+        }
+    }
 
     #[test]
     fn cycle_after_cycle_quota_lending_gangs_and_nodes_hold(mut w in world(4)) {

@@ -546,6 +546,18 @@ fn take_stock(
 
 /// Runs one admission cycle at `now`.
 pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
+    run(world, now, true)
+}
+
+/// [`cycle`] deciding every pending job in full, without taking a like job's reason when
+/// nothing changed in between: what the shortcut must always agree with (a property test
+/// compares the two).
+#[doc(hidden)]
+pub fn cycle_deciding_every_job(world: &QueueWorld, now: Timestamp) -> Cycle {
+    run(world, now, false)
+}
+
+fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
     let queues = &world.queues;
     let jobs = &world.jobs;
     let (ns_queue, problems) = queue_of_namespace(queues);
@@ -567,6 +579,8 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
         pending: BTreeMap::new(),
         admitted: BTreeSet::new(),
         no_room: HashMap::new(),
+        waiting: HashMap::new(),
+        like_jobs_once,
     };
     for &ji in &pending {
         cycle
@@ -673,9 +687,62 @@ struct Pass<'a> {
     /// room for in this pass. Later jobs of the queue rank no higher (fewer candidates) and
     /// the cluster only fills up, so a job asking as much or more is not tried again.
     no_room: HashMap<(usize, Option<String>, bool), Milli>,
+    /// Per (queue, [`shape_hash`]): a job of that shape left waiting by
+    /// [`Pass::consider`], the pass's [`Progress`] after it, and why it waits. A job of the same
+    /// shape in the same queue considered at that same progress meets the same cluster, the
+    /// same victims and the same blocked heads, so it waits for the same reason: a long queue of
+    /// like jobs is decided once per change, not once per job.
+    waiting: HashMap<(usize, u64), (usize, Progress, Shortfall)>,
+    /// Whether `waiting` is used.
+    like_jobs_once: bool,
+}
+
+/// How far a pass has changed the cluster: jobs admitted, jobs preempted, blocked heads, and
+/// whether borrowing is allowed. Every change a job's decision can see moves one of these.
+type Progress = (usize, usize, usize, bool);
+
+/// A hash of what a job's decision depends on besides the cluster (its queue aside): everything
+/// but its name, age and state. Equal hashes are checked with [`same_shape`].
+fn shape_hash(job: &JobInfo) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        &job.gpu_type,
+        job.workers,
+        job.share,
+        job.class_value,
+        job.priority,
+    )
+        .hash(&mut h);
+    (&job.reservation, job.expected_seconds, job.grace_seconds).hash(&mut h);
+    h.finish()
+}
+
+/// Whether two jobs ask for the same thing the same way (see [`shape_hash`]).
+fn same_shape(a: &JobInfo, b: &JobInfo) -> bool {
+    a.gpu_type == b.gpu_type
+        && a.workers == b.workers
+        && a.share == b.share
+        && a.class_value == b.class_value
+        && a.priority == b.priority
+        && a.reservation == b.reservation
+        && a.expected_seconds == b.expected_seconds
+        && a.grace_seconds == b.grace_seconds
+        && a.node_selector == b.node_selector
+        && a.tolerations == b.tolerations
+        && a.live.is_empty()
+        && b.live.is_empty()
 }
 
 impl Pass<'_> {
+    fn progress(&self, out: &Cycle, borrow: bool) -> Progress {
+        (
+            out.admitted.len(),
+            self.victims_now.len(),
+            self.heads.len(),
+            borrow,
+        )
+    }
     fn lender_needing(
         &self,
         state: &State,
@@ -838,6 +905,16 @@ impl Pass<'_> {
             );
             return None;
         }
+        let shape = (qi, shape_hash(job));
+        if self.like_jobs_once
+            && let Some((like, at, short)) = self.waiting.get(&shape)
+            && *at == self.progress(out, borrow)
+            && same_shape(&jobs[*like], job)
+            && self.blocked.contains_key(&qi)
+        {
+            self.reasons.insert(ji, short.clone());
+            return None;
+        }
         match state.fit_with(queue, job, borrow) {
             Ok(None) => Some(Step::Deferred),
             Ok(Some(fit)) => self.try_admit(state, out, ji, qi, &fit),
@@ -891,6 +968,11 @@ impl Pass<'_> {
                         eta,
                         then,
                     });
+                }
+                // A preemption changed what the next job meets (it waits for the victims).
+                if !matches!(short, Shortfall::Preempting { .. }) {
+                    let at = self.progress(out, borrow);
+                    self.waiting.insert(shape, (ji, at, short.clone()));
                 }
                 self.reasons.insert(ji, short);
                 None

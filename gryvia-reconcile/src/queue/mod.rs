@@ -41,7 +41,9 @@ use gryvia_types::scheduling::{GryviaQueue, PreemptWithin, QueueingStrategy};
 use gryvia_types::{GryviaAIJob, JobAdmission, PreemptionNotice, QueueStanding};
 use serde::{Deserialize, Serialize};
 
-pub use cycle::{Admit, Cycle, Preempt, QueueSummary, cycle, expected_start};
+pub use cycle::{
+    Admit, Cycle, Preempt, QueueSummary, cycle, cycle_deciding_every_job, expected_start,
+};
 pub use explain::Shortfall;
 pub use nodes::{
     JobToleration, NodeCapacity, NodeTaint, Slot, Unavailable, Used, pod_gpu_resources,
