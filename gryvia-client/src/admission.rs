@@ -23,13 +23,14 @@ use gryvia_types::{
     GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant,
     labels,
 };
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
+use crate::cache::NamespaceMeta;
 use crate::metrics::Metrics;
 use crate::{Error, Result, api_err};
 
@@ -41,7 +42,7 @@ pub const MUTATE_PATH: &str = "/mutate-aijob";
 /// The watch caches the webhooks read.
 #[derive(Clone)]
 pub struct Caches {
-    namespaces: Store<Namespace>,
+    namespaces: Store<NamespaceMeta>,
     tenants: Store<GryviaTenant>,
     skus: Store<GryviaGpuSku>,
     quotas: Store<ResourceQuota>,

@@ -156,6 +156,24 @@ impl Executor {
         })
     }
 
+    /// The ref [`Executor::applied`] keeps a status write of `owner` under.
+    fn status_ref<K: Resource<DynamicType = ()>>(owner: &K) -> ObjectRef {
+        let name = owner.meta().name.clone().unwrap_or_default();
+        let kind = format!("{}/status", K::kind(&()));
+        match owner.meta().namespace.as_deref() {
+            Some(ns) => ObjectRef::namespaced(&K::api_version(&()), &kind, ns, &name),
+            None => ObjectRef::cluster(&K::api_version(&()), &kind, &name),
+        }
+    }
+
+    /// Whether this executor wrote `obj`'s status (the last write succeeded), and if so the
+    /// resourceVersion that write left it at: `Some(None)` is never returned.
+    pub fn status_written_at<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Option<String> {
+        self.applied()
+            .get(&Self::status_ref(obj))
+            .map(|(_, version)| version.clone())
+    }
+
     fn remember_applied(&self, r: &ObjectRef, hash: u64, version: Option<String>) {
         match version {
             Some(v) => self.applied().insert(r.clone(), (hash, v)),
@@ -463,11 +481,7 @@ impl Executor {
         });
         let params = PatchParams::apply(&self.field_manager).force();
         let name = owner.name_any();
-        let kind = format!("{}/status", K::kind(&()));
-        let r = match owner.meta().namespace.as_deref() {
-            Some(ns) => ObjectRef::namespaced(&K::api_version(&()), &kind, ns, &name),
-            None => ObjectRef::cluster(&K::api_version(&()), &kind, &name),
-        };
+        let r = Self::status_ref(owner);
         let hash = body_hash(&body);
         if self.caches.is_some()
             && self.unchanged_since_applied(&r, hash, owner.meta().resource_version.as_deref())

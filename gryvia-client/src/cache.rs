@@ -30,6 +30,14 @@ use crate::{Error, Result};
 /// Events a subscription may fall behind by before its reflector waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// A namespace as the caches hold it: its metadata alone, watched with metadata-only requests
+/// (every controller reads a namespace's labels and whether it is being deleted, nothing else).
+pub type NamespaceMeta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>;
+
+/// A node as a cache that needs only its labels (its GPU product) holds it: its metadata
+/// alone, watched with metadata-only requests.
+pub type NodeMeta = kube::core::PartialObjectMeta<Node>;
+
 /// How long [`wait_ready`] waits for a store's first listing.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -98,11 +106,12 @@ async fn fan_out<K>(subscribers: &mut Vec<Subscriber<K>>, obj: &Arc<K>) {
 }
 
 /// Drops what no Gryvia controller reads from a cached object, so a fleet's caches stay
-/// small: managed fields and the last-applied annotation of every object; of a pod, its
-/// volumes and, per container, its environment, mounts, command, arguments, probes and
-/// lifecycle hooks (placement, resources, owners, labels and the whole status stay); of a
-/// node, the list of images it holds and of volumes attached (often most of a real node's
-/// status).
+/// small: managed fields and the last-applied annotation of every object; of a whole pod (the
+/// AI job controller's cache of its jobs' pods; every other cache of pods holds
+/// [`gryvia_types::CachedPod`]s, which never hold more), its volumes and, per container, its
+/// environment, mounts, command, arguments, probes and lifecycle hooks (placement, resources,
+/// owners, labels and the whole status stay); of a node, the list of images it holds and of
+/// volumes attached (often most of a real node's status).
 fn trim<K: Cacheable>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;

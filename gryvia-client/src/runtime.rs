@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use gryvia_reconcile::Reconcile;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -154,22 +155,23 @@ where
     ctx.metrics.reconciles.get_or_create(&labels).inc();
     let started = Instant::now();
     let api: Api<K> = crate::api_for(ctx.executor.client().clone(), obj.as_ref());
-    // The one read that is not from a cache: the object itself, as the API server has it now.
-    // A status this controller just wrote may not have reached the watch cache yet, and
-    // deciding on a stale status would repeat its Events and deliveries; and a reconcile
-    // triggered by a child's change may come right after the object was deleted.
-    let name = obj.meta().name.clone().unwrap_or_default();
-    let fresh = match api.get_opt(&name).await {
-        Ok(Some(fresh)) => Arc::new(fresh),
-        Ok(None) => return Ok(Action::await_change()),
-        Err(source) => {
-            return Err(Error::Api {
-                operation: format!("read {} {name}", K::kind(&())),
-                source,
-            });
+    let obj = if cached_is_current(&ctx, obj.as_ref()) {
+        obj
+    } else {
+        // The one read that is not from a cache: the object itself, as the API server has
+        // it now.
+        let name = obj.meta().name.clone().unwrap_or_default();
+        match api.get_opt(&name).await {
+            Ok(Some(fresh)) => Arc::new(fresh),
+            Ok(None) => return Ok(Action::await_change()),
+            Err(source) => {
+                return Err(Error::Api {
+                    operation: format!("read {} {name}", K::kind(&())),
+                    source,
+                });
+            }
         }
     };
-    let obj = fresh;
     // Without a finalizer there is nothing to decide about an object on its way out (its
     // owned children go with it); acting would only race the namespace's deletion.
     if obj.meta().deletion_timestamp.is_some() && ctx.reconciler.finalizer().is_none() {
@@ -198,6 +200,34 @@ where
         ctx.backoff.succeed(&key_of(obj.as_ref()));
     }
     result
+}
+
+/// Whether the cached `obj` (what triggered the reconcile) is as current as a read from the API
+/// server would be for deciding on it. A status this controller wrote may not have reached
+/// the cache yet, and deciding on a stale status would repeat its Events and deliveries: the
+/// cached copy serves when it is at the resourceVersion this controller's last status write
+/// left it at, or when this controller has written no status of it (since it started, or
+/// since a write that failed), and when it carries the controller's finalizer (the finalizer
+/// helper's own write is not recorded). Otherwise the object is read from the API server.
+fn cached_is_current<K, S, R, O>(ctx: &Context<R, O>, obj: &K) -> bool
+where
+    K: Managed,
+    R: Reconcile<Object = K, Status = S>,
+{
+    current_enough(
+        ctx.executor.status_written_at(obj).as_deref(),
+        obj.meta(),
+        ctx.reconciler.finalizer(),
+    )
+}
+
+/// [`cached_is_current`] over what it reads: the resourceVersion the controller's last status
+/// write left (`None`: it wrote none), the cached metadata and the controller's finalizer.
+fn current_enough(written_at: Option<&str>, cached: &ObjectMeta, finalizer: Option<&str>) -> bool {
+    let written = written_at.is_none_or(|at| cached.resource_version.as_deref() == Some(at));
+    let finalized =
+        finalizer.is_none_or(|f| cached.finalizers.iter().flatten().any(|held| held == f));
+    written && finalized
 }
 
 async fn act<K, S, R, O>(ctx: &Context<R, O>, obj: &K, cleanup: bool) -> Result<Action>
@@ -434,6 +464,34 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cached_object_serves_when_it_is_at_the_last_status_write_and_holds_the_finalizer() {
+        let meta = |rv: &str, finalizers: &[&str]| ObjectMeta {
+            resource_version: Some(rv.to_owned()),
+            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            ..ObjectMeta::default()
+        };
+        // No status written by this controller: the cache is as current as it gets.
+        assert!(current_enough(None, &meta("5", &[]), None));
+        // At the version the last write left: current. Behind it (or moved by another
+        // writer): read from the API server.
+        assert!(current_enough(Some("7"), &meta("7", &[]), None));
+        assert!(!current_enough(Some("7"), &meta("6", &[]), None));
+        assert!(!current_enough(Some("7"), &ObjectMeta::default(), None));
+        // A controller with a finalizer reads from the API server until the cache shows it.
+        assert!(!current_enough(None, &meta("5", &[]), Some("gryvia.io/f")));
+        assert!(current_enough(
+            None,
+            &meta("5", &["gryvia.io/f"]),
+            Some("gryvia.io/f")
+        ));
+        assert!(!current_enough(
+            Some("7"),
+            &meta("6", &["gryvia.io/f"]),
+            Some("gryvia.io/f")
+        ));
+    }
 
     #[test]
     fn children_map_to_their_cluster_scoped_owner_without_a_namespace() {

@@ -38,7 +38,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::facts::{self, PodPhase};
+use crate::facts::{self, PodPhase, PodView};
 use crate::{Child, EventType, ObjectRef, Plan, Timestamp};
 
 /// Condition type: every worker has a node.
@@ -1896,7 +1896,7 @@ pub struct NodeCapacity {
 }
 
 /// Free GPUs per node, sorted by GPU type then node; nodes without GPUs are left out.
-pub fn capacity(nodes: &[Node], pods: &[Pod]) -> Vec<NodeCapacity> {
+pub fn capacity<P: PodView>(nodes: &[Node], pods: &[P]) -> Vec<NodeCapacity> {
     let used = crate::tenancy::gpus_by_node(pods);
     let mut out: Vec<NodeCapacity> = nodes
         .iter()

@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use gryvia_types::labels;
+use gryvia_types::{CachedPod, labels};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------------------------------------
@@ -87,7 +88,15 @@ pub fn reservation_taint(node: &Node) -> Option<String> {
 
 /// The GPU product of `node` (the `nvidia.com/gpu.product` label of GPU feature discovery).
 pub fn gpu_product(node: &Node) -> Option<&str> {
-    node_label(node, labels::NVIDIA_GPU_PRODUCT)
+    gpu_product_of(&node.metadata)
+}
+
+/// [`gpu_product`] from a node's metadata alone (what a metadata-only cache of nodes holds).
+pub fn gpu_product_of(node: &ObjectMeta) -> Option<&str> {
+    node.labels
+        .as_ref()?
+        .get(labels::NVIDIA_GPU_PRODUCT)
+        .map(String::as_str)
 }
 
 /// A whole count of a quantity (0 when it is not one, as for `500m` or a malformed value).
@@ -188,62 +197,135 @@ impl fmt::Display for PodPhase {
     }
 }
 
+/// What Gryvia's policies read of a pod, from a whole k8s-openapi `Pod` (read from the API
+/// for one job) or from a cache's [`CachedPod`] (every pod of a fleet, kept small).
+pub trait PodView {
+    /// The pod's metadata.
+    fn pod_meta(&self) -> &ObjectMeta;
+    /// `spec.nodeName`.
+    fn node_name(&self) -> Option<&str>;
+    /// `status.phase`.
+    fn phase(&self) -> Option<&str>;
+    /// Calls `f` with container index, resource name and quantity for what each container
+    /// (not init containers) asks for: its request of a resource, or its limit where it sets
+    /// no request (what the API server defaults the request to).
+    fn each_asked(&self, f: &mut dyn FnMut(usize, &str, &Quantity));
+}
+
+impl PodView for Pod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref().and_then(|s| s.node_name.as_deref())
+    }
+    fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+    fn each_asked(&self, f: &mut dyn FnMut(usize, &str, &Quantity)) {
+        let Some(spec) = &self.spec else { return };
+        for (i, c) in spec.containers.iter().enumerate() {
+            let Some(r) = &c.resources else { continue };
+            let requests = r.requests.as_ref();
+            for (name, q) in requests.into_iter().flatten() {
+                f(i, name, q);
+            }
+            for (name, q) in r.limits.iter().flatten() {
+                if requests.is_none_or(|req| !req.contains_key(name)) {
+                    f(i, name, q);
+                }
+            }
+        }
+    }
+}
+
+impl PodView for CachedPod {
+    fn pod_meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
+    }
+    fn phase(&self) -> Option<&str> {
+        self.phase.as_deref()
+    }
+    fn each_asked(&self, f: &mut dyn FnMut(usize, &str, &Quantity)) {
+        for (i, c) in self.containers.iter().enumerate() {
+            for (name, q) in c {
+                f(i, name, q);
+            }
+        }
+    }
+}
+
+/// A pod behind a reference or an `Arc` (as a cache's store hands it out) reads as the pod.
+macro_rules! pod_view_through {
+    ($($pointer:ty),*) => {$(
+        impl<P: PodView + ?Sized> PodView for $pointer {
+            fn pod_meta(&self) -> &ObjectMeta {
+                (**self).pod_meta()
+            }
+            fn node_name(&self) -> Option<&str> {
+                (**self).node_name()
+            }
+            fn phase(&self) -> Option<&str> {
+                (**self).phase()
+            }
+            fn each_asked(&self, f: &mut dyn FnMut(usize, &str, &Quantity)) {
+                (**self).each_asked(f);
+            }
+        }
+    )*};
+}
+pod_view_through!(&P, std::sync::Arc<P>);
+
 /// The phase of `pod` (Pending until the kubelet reports one).
-pub fn pod_phase(pod: &Pod) -> PodPhase {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .map_or(PodPhase::Pending, PodPhase::parse)
+pub fn pod_phase(pod: &(impl PodView + ?Sized)) -> PodPhase {
+    pod.phase().map_or(PodPhase::Pending, PodPhase::parse)
 }
 
 /// Whether `pod` has finished (Succeeded or Failed).
-pub fn finished(pod: &Pod) -> bool {
+pub fn finished(pod: &(impl PodView + ?Sized)) -> bool {
     pod_phase(pod).is_finished()
 }
 
 /// The node `pod` is bound to (`spec.nodeName`).
-pub fn node_of(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+pub fn node_of(pod: &(impl PodView + ?Sized)) -> Option<&str> {
+    pod.node_name()
 }
 
-/// The GPUs `pod` asks for: the sum over its containers of `nvidia.com/gpu`, from the limits,
-/// else the requests (for an extended resource the two are equal when both are set). Init
-/// containers are not counted: they run before the containers and hold no GPU beside them.
-pub fn gpus_held(pod: &Pod) -> i64 {
-    let Some(spec) = &pod.spec else { return 0 };
-    spec.containers
-        .iter()
-        .filter_map(|c| c.resources.as_ref())
-        .filter_map(|r| {
-            r.limits
-                .as_ref()
-                .and_then(|l| l.get(labels::NVIDIA_GPU_RESOURCE))
-                .or_else(|| {
-                    r.requests
-                        .as_ref()
-                        .and_then(|q| q.get(labels::NVIDIA_GPU_RESOURCE))
-                })
-        })
-        .filter_map(|q| q.0.trim().parse::<i64>().ok())
-        .sum()
+/// The GPUs `pod` asks for: the sum over its containers of `nvidia.com/gpu` (see
+/// [`PodView::each_asked`]; for an extended resource the request and the limit are equal when
+/// both are set). Init containers are not counted: they run before the containers and hold
+/// no GPU beside them.
+pub fn gpus_held(pod: &(impl PodView + ?Sized)) -> i64 {
+    let mut sum = 0;
+    pod.each_asked(&mut |_, name, q| {
+        if name == labels::NVIDIA_GPU_RESOURCE
+            && let Ok(n) = q.0.trim().parse::<i64>()
+        {
+            sum += n;
+        }
+    });
+    sum
 }
 
 /// Whether `pod` holds its GPUs now: bound to a node and not finished.
-pub fn holds_gpus(pod: &Pod) -> bool {
+pub fn holds_gpus(pod: &(impl PodView + ?Sized)) -> bool {
     node_of(pod).is_some() && !finished(pod)
 }
 
 /// Whether `pod` is a static (mirror) pod, which the API cannot evict.
-pub fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata
+pub fn is_mirror(pod: &(impl PodView + ?Sized)) -> bool {
+    pod.pod_meta()
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(labels::MIRROR_POD))
 }
 
 /// Kind of the controller owning `pod` (`DaemonSet`, `Job`, ...), if any.
-pub fn controller_kind(pod: &Pod) -> Option<&str> {
-    pod.metadata
+pub fn controller_kind(pod: &(impl PodView + ?Sized)) -> Option<&str> {
+    pod.pod_meta()
         .owner_references
         .iter()
         .flatten()
@@ -433,5 +515,85 @@ mod tests {
         let labels = BTreeMap::from([(labels::TENANT.to_owned(), "ml".to_owned())]);
         assert_eq!(tenant_of_namespace(&labels).as_deref(), Some("ml"));
         assert_eq!(tenant_of_namespace(&BTreeMap::new()), None);
+    }
+
+    /// A container's resources as JSON: each of GPUs, CPU and memory may be a request, a
+    /// limit, both (equal for GPUs, as the API server requires for extended resources) or
+    /// absent.
+    fn resources_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        (0u8..4, 0u32..9, 0u8..4, 1u32..64).prop_map(|(gpu_how, gpus, cpu_how, cpu)| {
+            let mut limits = serde_json::Map::new();
+            let mut requests = serde_json::Map::new();
+            if gpu_how & 1 == 1 {
+                limits.insert(labels::NVIDIA_GPU_RESOURCE.into(), json!(gpus.to_string()));
+            }
+            if gpu_how & 2 == 2 {
+                requests.insert(labels::NVIDIA_GPU_RESOURCE.into(), json!(gpus.to_string()));
+            }
+            if cpu_how & 1 == 1 {
+                limits.insert("cpu".into(), json!(format!("{}", cpu * 2)));
+            }
+            if cpu_how & 2 == 2 {
+                requests.insert("cpu".into(), json!(cpu.to_string()));
+            }
+            let mut r = serde_json::Map::new();
+            if !limits.is_empty() {
+                r.insert("limits".into(), Value::Object(limits));
+            }
+            if gpu_how != 0 || cpu_how != 0 {
+                r.insert("requests".into(), Value::Object(requests));
+            }
+            Value::Object(r)
+        })
+    }
+
+    proptest::proptest! {
+        /// The caches' `CachedPod` and the whole `Pod`, read from the same JSON, give every
+        /// fact of this module alike.
+        #[test]
+        fn a_cached_pod_reads_as_the_whole_pod(
+            containers in proptest::collection::vec(resources_json(), 0..4),
+            node in proptest::option::of("[a-z]{1,3}"),
+            phase in proptest::option::of(proptest::sample::select(vec!["Pending", "Running", "Succeeded", "Failed", "Unknown"])),
+            mirror in proptest::bool::ANY,
+            owner in proptest::option::of(proptest::sample::select(vec!["Job", "DaemonSet"])),
+        ) {
+            let containers: Vec<Value> = containers
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| json!({"name": format!("c{i}"), "image": "x", "resources": r}))
+                .collect();
+            let mut annotations = serde_json::Map::new();
+            if mirror {
+                annotations.insert(labels::MIRROR_POD.into(), json!("m"));
+            }
+            let owners: Vec<Value> = owner
+                .iter()
+                .map(|k| json!({"apiVersion": "v1", "kind": k, "name": "o", "uid": "u", "controller": true}))
+                .collect();
+            let v = json!({
+                "metadata": {"name": "p", "namespace": "ns", "annotations": annotations, "ownerReferences": owners},
+                "spec": {"nodeName": node, "containers": containers},
+                "status": {"phase": phase},
+            });
+            let whole = pod(v.clone());
+            let cached: CachedPod = serde_json::from_value(v).unwrap();
+            proptest::prop_assert_eq!(pod_phase(&whole), pod_phase(&cached));
+            proptest::prop_assert_eq!(finished(&whole), finished(&cached));
+            proptest::prop_assert_eq!(node_of(&whole), node_of(&cached));
+            proptest::prop_assert_eq!(gpus_held(&whole), gpus_held(&cached));
+            proptest::prop_assert_eq!(holds_gpus(&whole), holds_gpus(&cached));
+            proptest::prop_assert_eq!(is_mirror(&whole), is_mirror(&cached));
+            proptest::prop_assert_eq!(controller_kind(&whole), controller_kind(&cached));
+            let asked = |p: &dyn PodView| {
+                let mut out = Vec::new();
+                p.each_asked(&mut |i, n, q| out.push((i, n.to_owned(), q.0.clone())));
+                out.sort();
+                out
+            };
+            proptest::prop_assert_eq!(asked(&whole), asked(&cached));
+            proptest::prop_assert_eq!(whole.metadata.owner_references, cached.metadata.owner_references);
+        }
     }
 }

@@ -57,12 +57,12 @@ use gryvia_types::{
     HealthCheckItem, NodeHealthResult, NodeRemediationState, RemediationAction, RemediationResult,
     RemediationSpec, StepPhase, TargetType, Threshold, Verdict, VerdictSummary,
 };
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
 
 use crate::cron::Schedule;
-use crate::facts::{self, PodPhase};
+use crate::facts::{self, PodPhase, PodView};
 use crate::plan::{Child, EventType, Eviction, NodeOp, Plan, Taint, TaintEffect};
 use crate::{Reconcile, Timestamp};
 
@@ -145,19 +145,16 @@ pub struct PodInfo {
 
 impl PodInfo {
     /// What a drain needs to know about a Pod.
-    pub fn of(pod: &Pod) -> Self {
+    pub fn of(pod: &(impl PodView + ?Sized)) -> Self {
+        let meta = pod.pod_meta();
         PodInfo {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            labels: meta.labels.clone().unwrap_or_default(),
             owner_kind: facts::controller_kind(pod).map(str::to_owned),
             mirror: facts::is_mirror(pod),
-            phase: pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
+            phase: pod.phase().unwrap_or_default().to_owned(),
+            terminating: meta.deletion_timestamp.is_some(),
         }
     }
 
@@ -1692,6 +1689,7 @@ impl Reconcile for HealthCheckReconciler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
 
     #[test]
     fn the_worse_verdict_wins_failed_over_unknown_over_warning() {

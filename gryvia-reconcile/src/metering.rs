@@ -27,8 +27,7 @@ use gryvia_types::{
 };
 use serde::{Deserialize, Serialize};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-
+use crate::facts::PodView;
 use crate::{Child, Plan, Timestamp, facts};
 
 /// The finalizer that closes a deleted job's open record.
@@ -79,19 +78,23 @@ pub struct MeteringWorld {
 /// The GPU product a job without `spec.gpuType` ran on: that of the node of its first worker
 /// (by pod name) bound to one; `None` for a job with a `gpuType` (which names the product),
 /// before any worker has a node, or when that node is gone or has no product label.
-pub fn node_product(job: &GryviaAIJob, pods: &[Pod], nodes: &[Node]) -> Option<String> {
+pub fn node_product<P: PodView>(
+    job: &GryviaAIJob,
+    pods: &[P],
+    nodes: &[ObjectMeta],
+) -> Option<String> {
     if job.spec.gpu_type.is_some() {
         return None;
     }
     let node = pods
         .iter()
         .filter(|p| facts::node_of(p).is_some())
-        .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
-        .and_then(facts::node_of)?;
+        .min_by(|a, b| a.pod_meta().name.cmp(&b.pod_meta().name))
+        .and_then(|p| facts::node_of(p))?;
     nodes
         .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(node))
-        .and_then(facts::gpu_product)
+        .find(|n| n.name.as_deref() == Some(node))
+        .and_then(facts::gpu_product_of)
         .map(str::to_owned)
 }
 
@@ -287,6 +290,7 @@ impl crate::Reconcile for UsageRecordReconciler {
 mod tests {
     use super::*;
     use crate::Reconcile;
+    use k8s_openapi::api::core::v1::Pod;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
@@ -445,9 +449,9 @@ mod tests {
                 "metadata": {"name": name}, "spec": {"nodeName": node, "containers": []}}))
             .unwrap()
         };
-        let nodes: Vec<Node> = serde_json::from_value(serde_json::json!([
-            {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "H100"}}},
-            {"metadata": {"name": "n2", "labels": {"nvidia.com/gpu.product": "A100"}}}
+        let nodes: Vec<ObjectMeta> = serde_json::from_value(serde_json::json!([
+            {"name": "n1", "labels": {"nvidia.com/gpu.product": "H100"}},
+            {"name": "n2", "labels": {"nvidia.com/gpu.product": "A100"}}
         ]))
         .unwrap();
         let pods = vec![

@@ -20,10 +20,11 @@ use gryvia_types::{
 };
 use jiff::civil::Weekday as CivilWeekday;
 use jiff::tz::TimeZone;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use crate::facts::PodView;
 use crate::{EventType, NodeOp, Plan, Taint, TaintEffect, Timestamp, facts};
 
 /// How often an active reservation is re-read to account idle GPU time.
@@ -233,7 +234,7 @@ pub struct ReservationWorld {
 
 impl ReservationWorld {
     /// Summarises the cluster's nodes, with the GPUs `pods` hold on each.
-    pub fn of(nodes: &[Node], pods: &[Pod]) -> Self {
+    pub fn of<P: PodView>(nodes: &[Node], pods: &[P]) -> Self {
         let in_use = crate::tenancy::gpus_by_node(pods);
         let mut out: Vec<CandidateNode> = nodes
             .iter()

@@ -15,8 +15,7 @@ use gryvia_types::{
     DeletionPolicy, GryviaQuota, GryviaQuotaStatus, GryviaTenant, GryviaTenantStatus, MemberRole,
 };
 use k8s_openapi::api::core::v1::{
-    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node, Pod, ResourceQuota,
-    ResourceQuotaSpec,
+    LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node, ResourceQuota, ResourceQuotaSpec,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
@@ -27,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
 };
 
+use crate::facts::PodView;
 use crate::{Child, EventType, ObjectRef, Plan, Timestamp, facts};
 
 /// Name of the ResourceQuota a tenant gets in its namespace.
@@ -63,9 +63,9 @@ fn clamp(n: i64) -> i32 {
 
 /// GPUs held per node by the pods that hold them (bound, not finished; see
 /// [`facts::holds_gpus`]).
-pub fn gpus_by_node(pods: &[Pod]) -> BTreeMap<String, i32> {
+pub fn gpus_by_node<P: PodView>(pods: &[P]) -> BTreeMap<String, i32> {
     let mut used = BTreeMap::new();
-    for p in pods.iter().filter(|p| facts::holds_gpus(p)) {
+    for p in pods.iter().filter(facts::holds_gpus) {
         if let Some(n) = facts::node_of(p) {
             *used.entry(n.to_owned()).or_insert(0) += pod_gpus(p);
         }
@@ -89,7 +89,7 @@ pub fn quota_gpus(rq: &ResourceQuota) -> Option<(i64, i64)> {
 
 /// GPUs a pod holds: the sum over its containers of `nvidia.com/gpu` (limits, else requests;
 /// for an extended resource the two are equal when both are set); see [`facts::gpus_held`].
-pub fn pod_gpus(pod: &Pod) -> i32 {
+pub fn pod_gpus(pod: &(impl PodView + ?Sized)) -> i32 {
     clamp(facts::gpus_held(pod))
 }
 
@@ -105,12 +105,12 @@ pub fn node_products(nodes: &[Node]) -> BTreeMap<String, String> {
 /// GPUs of the pods that hold them (bound, not finished), per GPU product of their node
 /// (`products`, by node name; `unknown` for a node without a product or not listed). What
 /// [`TenantWorld::gpus_by_type`] holds for a tenant's pods.
-pub fn gpus_by_product<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+pub fn gpus_by_product<'a, P: PodView + 'a>(
+    pods: impl IntoIterator<Item = &'a P>,
     products: &BTreeMap<String, String>,
 ) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
-    for pod in pods.into_iter().filter(|p| facts::holds_gpus(p)) {
+    for pod in pods.into_iter().filter(facts::holds_gpus) {
         let gpus = pod_gpus(pod);
         if gpus == 0 {
             continue;
@@ -181,16 +181,15 @@ pub struct NamespaceState {
 }
 
 impl NamespaceState {
-    /// Reads a namespace: its tenant (see [`facts::tenant_of_namespace`]) and whether it is
-    /// being deleted.
-    pub fn of(namespace: &Namespace) -> Self {
+    /// Reads a namespace's metadata: its tenant (see [`facts::tenant_of_namespace`]) and
+    /// whether it is being deleted.
+    pub fn of(namespace: &ObjectMeta) -> Self {
         NamespaceState {
             tenant_label: namespace
-                .metadata
                 .labels
                 .as_ref()
                 .and_then(facts::tenant_of_namespace),
-            terminating: namespace.metadata.deletion_timestamp.is_some(),
+            terminating: namespace.deletion_timestamp.is_some(),
         }
     }
 }
@@ -1075,6 +1074,7 @@ mod tests {
     use super::*;
     use gryvia_types::testing::tenant;
     use gryvia_types::{TenantMember, TenantNetworkPolicy};
+    use k8s_openapi::api::core::v1::Pod;
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_800_000_000).unwrap()
@@ -1395,14 +1395,14 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            NamespaceState::of(&ns),
+            NamespaceState::of(&ns.metadata),
             NamespaceState {
                 tenant_label: Some("ml".into()),
                 terminating: true
             }
         );
         assert_eq!(
-            NamespaceState::of(&Namespace::default()),
+            NamespaceState::of(&ObjectMeta::default()),
             NamespaceState::default()
         );
     }

@@ -600,5 +600,8 @@ fn a_pod_holds_the_gpus_its_containers_ask_for() {
     }))
     .unwrap();
     assert_eq!(gryvia_reconcile::tenancy::pod_gpus(&pod), 3);
-    assert_eq!(gryvia_reconcile::tenancy::pod_gpus(&Default::default()), 0);
+    assert_eq!(
+        gryvia_reconcile::tenancy::pod_gpus(&k8s_openapi::api::core::v1::Pod::default()),
+        0
+    );
 }

@@ -28,6 +28,7 @@ pub mod labels;
 pub mod ml;
 pub mod money;
 pub mod network;
+pub mod pods;
 pub mod scheduling;
 pub mod tenancy;
 #[cfg(feature = "testing")]
@@ -43,6 +44,7 @@ pub use billing::*;
 pub use health::*;
 pub use ml::*;
 pub use network::*;
+pub use pods::CachedPod;
 pub use scheduling::*;
 pub use tenancy::*;
 

@@ -25,7 +25,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::{Running, Shared, cached, changed, in_namespace, managed_selector};
 use crate::Result;
-use crate::cache::wait_ready;
+use crate::cache::{Cacheable, wait_ready};
 use crate::runtime::{Observe, run, spec_or_lifecycle};
 
 /// Observes an AI job: its batch Job, its pods, their nodes and its PriorityClass.
@@ -146,8 +146,8 @@ impl AIJobObserver {
 
 /// The pods of AI job `name` in `namespace` in `pods` (pods labelled with their job), sorted
 /// by name.
-pub fn pods_of_job(pods: &Store<Pod>, namespace: &str, name: &str) -> Vec<Arc<Pod>> {
-    let mut out: Vec<Arc<Pod>> = pods
+pub fn pods_of_job<K: Cacheable>(pods: &Store<K>, namespace: &str, name: &str) -> Vec<Arc<K>> {
+    let mut out: Vec<Arc<K>> = pods
         .state()
         .into_iter()
         .filter(|p| {

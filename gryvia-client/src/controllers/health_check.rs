@@ -16,8 +16,8 @@ use gryvia_reconcile::health::{
     HealthCheckReconciler, HealthOptions, HealthWorld, NodeInfo, PdbInfo, PodInfo, fatal_signal,
     remediating_elsewhere,
 };
-use gryvia_types::{GryviaGpuNode, GryviaHealthCheck};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_types::{CachedPod, GryviaGpuNode, GryviaHealthCheck};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
@@ -35,7 +35,7 @@ pub struct HealthObserver {
     nodes: Store<Node>,
     gpu_nodes: Store<GryviaGpuNode>,
     checks: Store<GryviaHealthCheck>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     pdbs: Store<PodDisruptionBudget>,
 }
 
@@ -55,13 +55,16 @@ impl HealthObserver {
             .iter()
             .map(|n| ((*n).to_owned(), Vec::new()))
             .collect();
-        let mut all = self.pods.state();
-        all.sort_by_key(|p| (p.namespace(), p.name_any()));
-        for pod in all {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        // Only the pods of quarantined nodes are read and sorted (a fleet holds tens of
+        // thousands).
+        for pod in self.pods.state() {
+            let node = pod.node_name.as_deref();
             if let Some(list) = node.and_then(|n| pods.get_mut(n)) {
                 list.push(PodInfo::of(&pod));
             }
+        }
+        for list in pods.values_mut() {
+            list.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         }
         let namespaces: BTreeSet<String> = pods
             .values()

@@ -3,26 +3,26 @@
 //! GPU product of its first worker's node from the operator's caches.
 
 use gryvia_reconcile::metering::{MeteringReconciler, MeteringWorld, node_product};
-use gryvia_types::{GryviaAIJob, GryviaGpuSku, labels};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use gryvia_types::{CachedPod, GryviaAIJob, GryviaGpuSku, labels};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 
 use super::aijob::pods_of_job;
 use super::budget::catalogue;
-use super::{Running, Shared, cached, owned};
+use super::{Running, Shared, cached};
 use crate::Result;
-use crate::cache::wait_ready;
+use crate::cache::{NamespaceMeta, NodeMeta, wait_ready};
 use crate::runtime::{Observe, run};
 
 /// Observes what metering a job needs: the catalogue, its namespace's tenant and the GPU
 /// product of the node its first worker ran on.
 pub struct MeteringObserver {
     skus: Store<GryviaGpuSku>,
-    namespaces: Store<Namespace>,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
+    namespaces: Store<NamespaceMeta>,
+    pods: Store<CachedPod>,
+    nodes: Store<NodeMeta>,
 }
 
 #[async_trait::async_trait]
@@ -38,11 +38,11 @@ impl Observe for MeteringObserver {
         let ns = job.namespace().unwrap_or_default();
         let tenant = cached(&self.namespaces, None, &ns)
             .and_then(|n| n.labels().get(labels::TENANT).cloned());
-        let pods: Vec<Pod> = owned(&pods_of_job(&self.pods, &ns, &job.name_any()));
-        let nodes: Vec<Node> = pods
+        let pods = pods_of_job(&self.pods, &ns, &job.name_any());
+        let nodes: Vec<ObjectMeta> = pods
             .iter()
-            .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
-            .filter_map(|n| cached(&self.nodes, None, n).map(|n| (*n).clone()))
+            .filter_map(|p| p.node_name.as_deref())
+            .filter_map(|n| cached(&self.nodes, None, n).map(|n| n.metadata.clone()))
             .collect();
         let node_product = node_product(job, &pods, &nodes);
         Ok(MeteringWorld {

@@ -22,8 +22,8 @@ use futures::{StreamExt, stream};
 use gryvia_reconcile::queue::{self, JobKey, JobWrite, QueueFields};
 use gryvia_reconcile::{Child, EventType, Plan};
 use gryvia_types::scheduling::{GryviaPriority, GryviaQueue, GryviaQueueStatus};
-use gryvia_types::{GryviaAIJob, labels};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_types::{CachedPod, GryviaAIJob, labels};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use serde_json::json;
 use tracing::{info, warn};
@@ -122,7 +122,7 @@ struct Scheduler {
     jobs: Store<GryviaAIJob>,
     priorities: Store<GryviaPriority>,
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     executor: Executor,
     metrics: Metrics,
     memory: Mutex<Memory>,
@@ -199,7 +199,7 @@ fn fold_written_queues(
 }
 
 /// The live (bound, unfinished) pods of job `key`.
-fn live_pods<'a>(pods: &'a [Arc<Pod>], key: &JobKey) -> Vec<&'a Arc<Pod>> {
+fn live_pods<'a>(pods: &'a [Arc<CachedPod>], key: &JobKey) -> Vec<&'a Arc<CachedPod>> {
     pods.iter()
         .filter(|p| {
             p.metadata.namespace.as_deref() == Some(key.namespace.as_str())
@@ -215,7 +215,7 @@ fn live_pods<'a>(pods: &'a [Arc<Pod>], key: &JobKey) -> Vec<&'a Arc<Pod>> {
 
 /// The Plan of one job's write: the notice on its live pods first, then the Event, then its
 /// queue fields (applied under [`FIELD_MANAGER`]: fields left out are removed).
-fn plan_of(write: &JobWrite, pods: &[Arc<Pod>]) -> Plan<QueueFields> {
+fn plan_of(write: &JobWrite, pods: &[Arc<CachedPod>]) -> Plan<QueueFields> {
     let mut plan = Plan::new();
     if let Some(notice) = &write.notice {
         for pod in live_pods(pods, &write.job) {
@@ -294,12 +294,11 @@ impl Scheduler {
         let priorities = owned(&self.priorities.state());
         let nodes = owned(&self.nodes.state());
         let pods = self.pods.state();
-        let plain = owned(&pods);
         // Whole seconds: what the API server keeps of a time, so a written admission reads
         // back equal.
         let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
             .unwrap_or_else(|_| jiff::Timestamp::now());
-        let world = queue::world_of(&queues, &jobs, &priorities, &nodes, &plain);
+        let world = queue::world_of(&queues, &jobs, &priorities, &nodes, &pods);
         let observed = started.elapsed();
         let decided = queue::cycle(&world, now);
         let decision = started.elapsed().saturating_sub(observed);
@@ -336,7 +335,7 @@ impl Scheduler {
         &self,
         jobs: &[GryviaAIJob],
         decided: &queue::Cycle,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<CachedPod>],
         by_key: &HashMap<JobKey, &GryviaAIJob>,
     ) -> usize {
         let mut memory = self.memory();
@@ -526,7 +525,7 @@ fn node_key(node: &Node) -> Option<u64> {
 }
 
 /// What of a pod counts: where it is bound, whether it is live, and its notice.
-fn pod_key(pod: &Pod) -> Option<u64> {
+fn pod_key(pod: &CachedPod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     gryvia_reconcile::facts::node_of(pod).hash(&mut h);
@@ -553,7 +552,7 @@ pub fn controller(shared: &Shared) -> Running {
         wake_on::<GryviaAIJob>(caches, job_key),
         wake_on::<GryviaPriority>(caches, spec_or_lifecycle),
         wake_on::<Node>(caches, node_key),
-        wake_on::<Pod>(caches, pod_key),
+        wake_on::<CachedPod>(caches, pod_key),
         woken.boxed(),
     ]);
     let (tx, rx) = futures::channel::mpsc::unbounded();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use gryvia_reconcile::tenancy::{QuotaReconciler, QuotaWorld};
 use gryvia_types::{GryviaQuota, labels};
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -14,12 +14,12 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::tenant::gpus_used;
 use super::{Running, Shared, cached};
 use crate::Result;
-use crate::cache::wait_ready;
+use crate::cache::{NamespaceMeta, wait_ready};
 use crate::runtime::{Observe, cluster_owner, run};
 
 /// Observes a GryviaQuota: which of its namespaces exist, where its ResourceQuotas are, usage.
 pub struct QuotaObserver {
-    namespaces: Store<Namespace>,
+    namespaces: Store<NamespaceMeta>,
     quotas: Store<ResourceQuota>,
 }
 
@@ -70,15 +70,18 @@ pub fn controller(shared: &Shared) -> Running {
         })
         // Whether a listed namespace exists is read from the cache: its arrival (or its
         // going) re-reconciles the quotas that list it.
-        .watches_shared_stream(c.subscribe::<Namespace>(), move |ns: Arc<Namespace>| {
-            let name = ns.name_any();
-            listing
-                .state()
-                .iter()
-                .filter(|q| q.spec.namespaces.contains(&name))
-                .map(|q| ObjectRef::from_obj(q.as_ref()))
-                .collect::<Vec<_>>()
-        });
+        .watches_shared_stream(
+            c.subscribe::<NamespaceMeta>(),
+            move |ns: Arc<NamespaceMeta>| {
+                let name = ns.name_any();
+                listing
+                    .state()
+                    .iter()
+                    .filter(|q| q.spec.namespaces.contains(&name))
+                    .map(|q| ObjectRef::from_obj(q.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        );
     let observer = QuotaObserver {
         namespaces: c.store(),
         quotas: c.store(),

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use gryvia_reconcile::reservation::{ReservationReconciler, ReservationWorld};
-use gryvia_types::{GryviaReservation, labels};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_types::{CachedPod, GryviaReservation, labels};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -18,7 +18,7 @@ use crate::runtime::{Observe, run, spec_or_lifecycle};
 /// Observes the nodes a reservation may hold: every node, with the GPUs its running pods use.
 pub struct ReservationObserver {
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
 }
 
 #[async_trait::async_trait]
@@ -32,7 +32,7 @@ impl Observe for ReservationObserver {
         // `ReservationWorld::of` counts only the pods that hold GPUs (bound, not finished).
         Ok(ReservationWorld::of(
             &owned(&self.nodes.state()),
-            &owned(&self.pods.state()),
+            &self.pods.state(),
         ))
     }
 }

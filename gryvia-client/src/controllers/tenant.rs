@@ -11,9 +11,9 @@ use gryvia_reconcile::tenancy::{
     NamespaceState, TENANT_QUOTA, TenantOptions, TenantReconciler, TenantSummary, TenantWorld,
     gpus_by_product, namespace_of,
 };
-use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
+use gryvia_types::{CachedPod, GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::ResourceExt;
@@ -22,7 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::{Running, Shared, cached, changed, in_namespace, managed_selector};
 use crate::Result;
-use crate::cache::wait_ready;
+use crate::cache::{NamespaceMeta, NodeMeta, wait_ready};
 use crate::runtime::{Observe, cluster_owner, run, spec_or_lifecycle};
 
 /// GPUs in `used` of a ResourceQuota (0 when it has no GPU limit).
@@ -35,12 +35,12 @@ pub fn gpus_used(rq: &ResourceQuota) -> i32 {
 /// Observes a tenant: all tenants, its namespace, usage and workloads.
 pub struct TenantObserver {
     tenants: Store<GryviaTenant>,
-    namespaces: Store<Namespace>,
+    namespaces: Store<NamespaceMeta>,
     quotas: Store<ResourceQuota>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     jobs: Store<Job>,
     ai_jobs: Store<GryviaAIJob>,
-    nodes: Store<Node>,
+    nodes: Store<NodeMeta>,
 }
 
 impl TenantObserver {
@@ -96,7 +96,7 @@ impl Observe for TenantObserver {
                 ..Default::default()
             });
         };
-        let state = NamespaceState::of(&namespace);
+        let state = NamespaceState::of(&namespace.metadata);
         let gpus_in_use = cached(&self.quotas, Some(&ns), TENANT_QUOTA)
             .map(|rq| gpus_used(&rq))
             .unwrap_or(0);
@@ -110,7 +110,10 @@ impl Observe for TenantObserver {
             .filter_map(|p| facts::node_of(p))
             .filter_map(|n| {
                 let node = cached(&self.nodes, None, n)?;
-                Some((n.to_owned(), facts::gpu_product(&node)?.to_owned()))
+                Some((
+                    n.to_owned(),
+                    facts::gpu_product_of(&node.metadata)?.to_owned(),
+                ))
             })
             .collect();
         let gpus_by_type = gpus_by_product(pod_list.iter().map(AsRef::as_ref), &products);
@@ -137,7 +140,7 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
     let managed = managed_selector();
     let tenants: Store<GryviaTenant> = c.store();
     let children_of = tenants.clone();
-    let namespaces: Store<Namespace> = c.store();
+    let namespaces: Store<NamespaceMeta> = c.store();
     let ctrl = Controller::for_shared_stream(
         changed(c.subscribe::<GryviaTenant>(), spec_or_lifecycle),
         tenants,
@@ -161,8 +164,8 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
     // (the product is the node's) and stop counting when it ends: binding and ending change
     // nothing the tenant's other children show, so they trigger it here.
     .watches_shared_stream(
-        changed(c.subscribe::<Pod>(), gpu_placement),
-        move |pod: Arc<Pod>| {
+        changed(c.subscribe::<CachedPod>(), gpu_placement),
+        move |pod: Arc<CachedPod>| {
             let ns = pod.namespace()?;
             namespaces
                 .get(&ObjectRef::new(&ns))
@@ -170,7 +173,7 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
                 .map(|t| ObjectRef::<GryviaTenant>::new(&t))
         },
     )
-    .watches_shared_stream(c.subscribe::<Namespace>(), |ns: Arc<Namespace>| {
+    .watches_shared_stream(c.subscribe::<NamespaceMeta>(), |ns: Arc<NamespaceMeta>| {
         ns.labels()
             .get(labels::TENANT)
             .map(|t| ObjectRef::<GryviaTenant>::new(t))
@@ -197,7 +200,7 @@ pub fn controller(shared: &Shared, options: TenantOptions) -> Running {
 
 /// A key for [`changed`]: a pod passes when it is created, bound to a node or finishes, and
 /// only when it holds GPUs (a tenant counts GPU pods per product).
-fn gpu_placement(pod: &Pod) -> Option<u64> {
+fn gpu_placement(pod: &CachedPod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     if !facts::holds_gpus(pod) {
         // Constant: a pod without GPUs passes once and never again.

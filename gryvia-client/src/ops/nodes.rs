@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use gryvia_reconcile::health::{DrainPlan, PdbInfo, PodInfo, drain_plan};
 use gryvia_reconcile::{Eviction, maintenance};
-use gryvia_types::{GryviaGpuNode, GryviaHealthCheck};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use gryvia_types::{CachedPod, GryviaGpuNode, GryviaHealthCheck};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -24,13 +24,13 @@ pub async fn pods_and_budgets(
     client: &kube::Client,
     node: &str,
 ) -> Result<(Vec<PodInfo>, Vec<PdbInfo>)> {
-    let pods: Vec<PodInfo> = Api::<Pod>::all(client.clone())
+    let pods: Vec<PodInfo> = Api::<CachedPod>::all(client.clone())
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
         .map_err(api_err(format!("list pods on node {node}")))?
         .items
         .iter()
-        .map(PodInfo::of)
+        .map(|p| PodInfo::of(&p))
         .collect();
     let namespaces: BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
     let mut pdbs = Vec::new();

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use gryvia_types::labels;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 
 use super::{Fraction, Share};
-use crate::facts;
+use crate::facts::{self, PodView};
 
 /// Why a node does not count as capacity.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -213,29 +213,20 @@ const HANDLED_TAINTS: [&str; 4] = [
 
 /// GPU resources a pod requests (limits where requests are absent, as for extended
 /// resources).
-pub fn pod_gpu_resources(pod: &Pod) -> Used {
+pub fn pod_gpu_resources(pod: &(impl PodView + ?Sized)) -> Used {
     let mut used = Used::default();
-    let Some(spec) = pod.spec.as_ref() else {
-        return used;
-    };
-    for c in &spec.containers {
-        let Some(res) = c.resources.as_ref() else {
-            continue;
-        };
-        let list = res.requests.as_ref().or(res.limits.as_ref());
-        for (name, q) in list.into_iter().flatten() {
-            if let (Some(slot), Ok(n)) = (Slot::of_resource(name), q.0.trim().parse::<u32>()) {
-                used.add(&slot, n);
-            }
+    pod.each_asked(&mut |_, name, q| {
+        if let (Some(slot), Ok(n)) = (Slot::of_resource(name), q.0.trim().parse::<u32>()) {
+            used.add(&slot, n);
         }
-    }
+    });
     used
 }
 
 impl NodeCapacity {
     /// Reads a node and the live pods on it that the queue does not account for itself
     /// (every live pod on the node but the workers of admitted jobs).
-    pub fn of<'a>(node: &Node, others: impl IntoIterator<Item = &'a Pod>) -> Self {
+    pub fn of<'a, P: PodView + 'a>(node: &Node, others: impl IntoIterator<Item = &'a P>) -> Self {
         let mut allocatable = Used::default();
         let status_alloc = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
         for (name, q) in status_alloc.into_iter().flatten() {

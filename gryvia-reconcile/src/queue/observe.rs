@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
 use gryvia_types::{GryviaAIJob, JobAdmission, QueueStanding, labels};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 
 use super::{JobInfo, NodeCapacity, QueueInfo, QueueWorld};
-use crate::facts;
+use crate::facts::{self, PodView};
 
 /// The value of the GryviaPriority class a job names (`gryvia.io/priority-class`), 0 without
 /// one or for a class that does not exist.
@@ -26,7 +26,7 @@ pub fn class_value(job: &GryviaAIJob, priorities: &[GryviaPriority]) -> i32 {
         .map_or(0, |p| p.spec.value)
 }
 
-fn live_on_node(pod: &Pod) -> Option<&str> {
+fn live_on_node(pod: &impl PodView) -> Option<&str> {
     facts::pod_phase(pod)
         .is_live()
         .then(|| facts::node_of(pod))
@@ -34,9 +34,10 @@ fn live_on_node(pod: &Pod) -> Option<&str> {
 }
 
 /// The (namespace, job name) a pod is a worker of.
-fn worker_of(pod: &Pod) -> Option<(&str, &str)> {
-    let ns = pod.metadata.namespace.as_deref()?;
-    let job = pod.metadata.labels.as_ref()?.get(labels::JOB_NAME)?;
+fn worker_of(pod: &impl PodView) -> Option<(&str, &str)> {
+    let meta = pod.pod_meta();
+    let ns = meta.namespace.as_deref()?;
+    let job = meta.labels.as_ref()?.get(labels::JOB_NAME)?;
     Some((ns, job.as_str()))
 }
 
@@ -50,7 +51,7 @@ pub fn world_of(
     jobs: &[GryviaAIJob],
     priorities: &[GryviaPriority],
     nodes: &[Node],
-    pods: &[Pod],
+    pods: &[impl PodView],
 ) -> QueueWorld {
     let queues: Vec<QueueInfo> = queues.iter().map(QueueInfo::of).collect();
     let covered: BTreeSet<&str> = queues
@@ -89,7 +90,7 @@ pub fn world_of(
             infos.push(info);
         }
     }
-    let mut others: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut others: BTreeMap<&str, Vec<_>> = BTreeMap::new();
     for pod in pods {
         let Some(node) = live_on_node(pod) else {
             continue;
