@@ -3,7 +3,15 @@
 //!
 //! Headers: `Content-Type: application/json`, `X-Gryvia-Delivery: <id>` (receivers drop
 //! duplicates by it; delivery is at least once) and, when the notification names a Secret,
-//! `X-Gryvia-Signature: sha256=<hex HMAC of the body>`.
+//! `X-Gryvia-Signature: sha256=<hex HMAC of the body>` (the features guide's) and the
+//! [Standard Webhooks](https://www.standardwebhooks.com/) headers, so receivers can verify with
+//! that ecosystem's libraries: `webhook-id` (the delivery id, the same on every attempt),
+//! `webhook-timestamp` (seconds since the epoch, of this attempt) and `webhook-signature:
+//! v1,<base64 HMAC-SHA256 of "id.timestamp.body">`. A secret written as `whsec_<base64>` (the
+//! Standard Webhooks form) signs the Standard Webhooks header with the bytes it encodes; any
+//! other secret signs it with its bytes as they are (a receiver configures
+//! `whsec_<base64 of them>`). `X-Gryvia-Signature` is always the HMAC under the secret's bytes as
+//! stored.
 
 use std::time::Duration;
 
@@ -31,6 +39,58 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
+/// The prefix of a secret in the Standard Webhooks form.
+pub const STANDARD_SECRET_PREFIX: &str = "whsec_";
+
+/// The key a secret signs the Standard Webhooks header with: the bytes a `whsec_<base64>`
+/// secret encodes, any other secret's bytes as they are.
+pub fn standard_key(secret: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    std::str::from_utf8(secret)
+        .ok()
+        .and_then(|s| s.trim().strip_prefix(STANDARD_SECRET_PREFIX))
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .unwrap_or_else(|| secret.to_vec())
+}
+
+/// The Standard Webhooks signature of `body` sent as message `id` at `timestamp` (seconds since
+/// the epoch) under `key` (see [`standard_key`]): `v1,<base64 HMAC-SHA256 of
+/// "id.timestamp.body">`.
+pub fn sign_standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("hmac takes any key length"));
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    )
+}
+
+/// The signature headers of one delivery attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signatures {
+    /// `X-Gryvia-Signature`.
+    pub gryvia: String,
+    /// `webhook-timestamp`.
+    pub timestamp: i64,
+    /// `webhook-signature`.
+    pub standard: String,
+}
+
+impl Signatures {
+    /// The signatures of `body`, delivery `id`, sent at `timestamp`, with `secret` (its bytes
+    /// as stored).
+    pub fn of(secret: &[u8], id: &str, timestamp: i64, body: &[u8]) -> Self {
+        Signatures {
+            gryvia: sign(secret, body),
+            timestamp,
+            standard: sign_standard(&standard_key(secret), id, timestamp, body),
+        }
+    }
+}
+
 /// POSTs one JSON body; `Ok(status)` for any HTTP answer, `Err` when none came within
 /// `timeout`.
 ///
@@ -39,7 +99,7 @@ pub fn sign(key: &[u8], body: &[u8]) -> String {
 pub async fn post(
     url: &str,
     id: &str,
-    signature: Option<&str>,
+    signatures: Option<&Signatures>,
     body: &[u8],
     timeout: Duration,
 ) -> Result<u16> {
@@ -57,8 +117,12 @@ pub async fn post(
     let mut req = http::Request::post(url)
         .header("content-type", "application/json")
         .header("x-gryvia-delivery", id);
-    if let Some(sig) = signature {
-        req = req.header("x-gryvia-signature", sig);
+    if let Some(sig) = signatures {
+        req = req
+            .header("x-gryvia-signature", &sig.gryvia)
+            .header("webhook-id", id)
+            .header("webhook-timestamp", sig.timestamp)
+            .header("webhook-signature", &sig.standard);
     }
     let req = req
         .body(Full::new(Bytes::copy_from_slice(body)))
@@ -85,8 +149,13 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// The signature of `body` with the key the notification names, `None` when it names none.
-async fn signature(client: &kube::Client, n: &Notification, body: &[u8]) -> Result<Option<String>> {
+/// The signatures of `body` with the key the notification names, now; `None` when it names
+/// none.
+async fn signatures(
+    client: &kube::Client,
+    n: &Notification,
+    body: &[u8],
+) -> Result<Option<Signatures>> {
     let Some((ns, name, key)) = &n.secret else {
         return Ok(None);
     };
@@ -102,7 +171,8 @@ async fn signature(client: &kube::Client, n: &Notification, body: &[u8]) -> Resu
             url: n.url.clone(),
             reason: format!("secret {ns}/{name} has no key {key:?}"),
         })?;
-    Ok(Some(sign(&value.0, body)))
+    let now = jiff::Timestamp::now().as_second();
+    Ok(Some(Signatures::of(&value.0, &n.id, now, body)))
 }
 
 /// Delivers one notification: signs it, POSTs it and says what came of it (never an error:
@@ -113,9 +183,9 @@ pub async fn deliver(client: &kube::Client, n: &Notification) -> Delivery {
             what: format!("notification {}", n.id),
             source,
         })?;
-        let signature = signature(client, n, &body).await?;
+        let signatures = signatures(client, n, &body).await?;
         let timeout = n.timeout_ms.map_or(DELIVERY_TIMEOUT, Duration::from_millis);
-        post(&n.url, &n.id, signature.as_deref(), &body, timeout).await
+        post(&n.url, &n.id, signatures.as_ref(), &body, timeout).await
     }
     .await;
     match outcome {
@@ -169,5 +239,35 @@ mod tests {
             sig,
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn standard_webhooks_signatures_match_the_reference_vector() {
+        // The vector of the Standard Webhooks reference libraries (checked here with PyPI
+        // `standardwebhooks` 1.1.0: `Webhook(secret).sign(id, timestamp, payload)`).
+        let secret = b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let body = br#"{"test": 2432232314}"#;
+        let s = Signatures::of(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        assert_eq!(s.standard, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        assert_eq!(s.timestamp, 1_614_265_330);
+        // The guide's header keeps the secret's bytes as stored.
+        assert_eq!(s.gryvia, sign(secret, body));
+    }
+
+    #[test]
+    fn a_secret_not_in_the_standard_form_signs_with_its_own_bytes() {
+        use base64::Engine as _;
+        assert_eq!(standard_key(b"plain-secret"), b"plain-secret".to_vec());
+        let encoded = base64::engine::general_purpose::STANDARD.encode(b"plain-secret");
+        assert_eq!(
+            standard_key(format!("whsec_{encoded}").as_bytes()),
+            b"plain-secret".to_vec()
+        );
+        // Not base64 after the prefix: the bytes as they are.
+        assert_eq!(standard_key(b"whsec_!!"), b"whsec_!!".to_vec());
+        let a = sign_standard(b"k", "id", 1, b"{}");
+        assert_ne!(a, sign_standard(b"k", "id", 2, b"{}"), "the timestamp is signed");
+        assert_ne!(a, sign_standard(b"k", "other", 1, b"{}"), "the id is signed");
+        assert_ne!(a, sign_standard(b"k", "id", 1, b"{ }"), "the body is signed");
     }
 }

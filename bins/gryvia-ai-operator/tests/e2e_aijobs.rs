@@ -1023,6 +1023,157 @@ fn event_of(r: &Received) -> (String, String) {
     (name, event)
 }
 
+/// The Python receiver of `tests/receivers/standard_webhooks.py`, which verifies every delivery
+/// with PyPI `standardwebhooks` (installed by `scripts/setup`).
+struct StandardReceiver {
+    url: String,
+    log: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl StandardReceiver {
+    fn start(secret: &str) -> StandardReceiver {
+        use std::io::BufRead;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/receivers/standard_webhooks.py");
+        let log = std::env::temp_dir().join(format!(
+            "gryvia-standard-webhooks-{}.jsonl",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&log);
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .arg(secret)
+            .arg(&log)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the Standard Webhooks receiver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+            .read_line(&mut line)
+            .expect("the receiver prints its port");
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| {
+            panic!("the receiver did not start (is PyPI standardwebhooks installed? scripts/setup): {line:?}")
+        });
+        StandardReceiver {
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+            child,
+        }
+    }
+
+    /// Every request it got: (webhook-id, its answer, headers, body).
+    fn got(&self) -> Vec<(String, u16, BTreeMap<String, String>, Vec<u8>)> {
+        use base64::Engine as _;
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                (
+                    v["id"].as_str().unwrap().to_owned(),
+                    u16::try_from(v["answer"].as_u64().unwrap()).unwrap(),
+                    serde_json::from_value(v["headers"].clone()).unwrap(),
+                    base64::engine::general_purpose::STANDARD
+                        .decode(v["body"].as_str().unwrap())
+                        .unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for StandardReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+#[tokio::test]
+async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library() {
+    use base64::Engine as _;
+    use gryvia_client::webhook::{Signatures, post};
+    use gryvia_types::GryviaJobHook;
+    let Some(s) = Setup::start("stdhooks", &["--enable-job-hooks".to_owned()], None).await else {
+        return;
+    };
+    // A secret in the Standard Webhooks form, as a receiver's library is configured with it.
+    let key = b"a key of twenty-four byte";
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
+    let rx = StandardReceiver::start(&secret);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "std-key"}, "stringData": {"secret": secret}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let hooks: Api<GryviaJobHook> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let mut hook: GryviaJobHook = serde_json::from_value(json!({
+        "metadata": {"name": "std"},
+        "spec": {"events": ["Started", "Succeeded"], "selector": {"names": ["verified"]},
+                 "url": format!("{}/hook", rx.url), "allowInsecure": true,
+                 "secretRef": {"name": "std-key"}, "timeoutSeconds": 5}
+    }))
+    .unwrap();
+    hook.metadata.namespace = Some(s.ns.name.clone());
+    hooks.create(&PostParams::default(), &hook).await.unwrap();
+    s.submit(json!({
+        "metadata": {"name": "verified"},
+        "spec": {"image": "registry.local/train:1", "gpus": 1}
+    }))
+    .await;
+    s.wait_phase("verified", JobPhase::Succeeded, Duration::from_secs(90))
+        .await;
+
+    // Both events arrive, each verified by the reference library on its first attempt.
+    let waited = wait_for(
+        "two deliveries accepted by the Standard Webhooks receiver",
+        Duration::from_secs(60),
+        || async { (rx.got().iter().filter(|g| g.1 == 200).count() == 2).then_some(()) },
+    )
+    .await;
+    assert!(waited.is_ok(), "got {:?}", rx.got());
+    let got = rx.got();
+    assert!(got.iter().all(|g| g.1 == 200), "every delivery verified: {got:?}");
+    let (id, _, headers, body) = got[0].clone();
+    assert_eq!(headers["webhook-id"], headers["x-gryvia-delivery"]);
+    assert_eq!(
+        headers["x-gryvia-signature"],
+        hmac_hex(secret.as_bytes(), &body),
+        "the guide's signature stays the HMAC under the secret as stored"
+    );
+    let sent = Signatures {
+        gryvia: headers["x-gryvia-signature"].clone(),
+        timestamp: headers["webhook-timestamp"].parse().unwrap(),
+        standard: headers["webhook-signature"].clone(),
+    };
+    let url = format!("{}/hook", rx.url);
+    let timeout = Duration::from_secs(5);
+    // The same delivery again: verified, and refused as a replay.
+    assert_eq!(post(&url, &id, Some(&sent), &body, timeout).await.unwrap(), 409);
+    // A tampered body: the signature does not verify.
+    let mut tampered = body.clone();
+    tampered.extend_from_slice(b" ");
+    assert_eq!(post(&url, &id, Some(&sent), &tampered, timeout).await.unwrap(), 400);
+    // A well-signed message ten minutes old: outside the library's tolerance.
+    let old = jiff::Timestamp::now().as_second() - 600;
+    let stale = Signatures::of(secret.as_bytes(), "stale", old, &body);
+    assert_eq!(post(&url, "stale", Some(&stale), &body, timeout).await.unwrap(), 400);
+    // Signed now with the same key: accepted, so the two refusals were for what they test.
+    let fresh = Signatures::of(secret.as_bytes(), "fresh", jiff::Timestamp::now().as_second(), &body);
+    assert_eq!(post(&url, "fresh", Some(&fresh), &body, timeout).await.unwrap(), 200);
+}
+
 #[tokio::test]
 #[expect(
     clippy::too_many_lines,
