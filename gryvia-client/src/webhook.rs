@@ -248,7 +248,10 @@ mod tests {
         let secret = b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
         let body = br#"{"test": 2432232314}"#;
         let s = Signatures::of(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
-        assert_eq!(s.standard, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        assert_eq!(
+            s.standard,
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
         assert_eq!(s.timestamp, 1_614_265_330);
         // The guide's header keeps the secret's bytes as stored.
         assert_eq!(s.gryvia, sign(secret, body));
@@ -266,8 +269,20 @@ mod tests {
         // Not base64 after the prefix: the bytes as they are.
         assert_eq!(standard_key(b"whsec_!!"), b"whsec_!!".to_vec());
         let a = sign_standard(b"k", "id", 1, b"{}");
-        assert_ne!(a, sign_standard(b"k", "id", 2, b"{}"), "the timestamp is signed");
-        assert_ne!(a, sign_standard(b"k", "other", 1, b"{}"), "the id is signed");
-        assert_ne!(a, sign_standard(b"k", "id", 1, b"{ }"), "the body is signed");
+        assert_ne!(
+            a,
+            sign_standard(b"k", "id", 2, b"{}"),
+            "the timestamp is signed"
+        );
+        assert_ne!(
+            a,
+            sign_standard(b"k", "other", 1, b"{}"),
+            "the id is signed"
+        );
+        assert_ne!(
+            a,
+            sign_standard(b"k", "id", 1, b"{ }"),
+            "the body is signed"
+        );
     }
 }

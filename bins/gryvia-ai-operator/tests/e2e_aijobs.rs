@@ -1034,7 +1034,10 @@ struct StandardReceiver {
 impl StandardReceiver {
     fn start(secret: &str) -> StandardReceiver {
         use std::io::BufRead;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/receivers/standard_webhooks.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/receivers/standard_webhooks.py"
+        );
         let log = std::env::temp_dir().join(format!(
             "gryvia-standard-webhooks-{}.jsonl",
             std::process::id()
@@ -1046,11 +1049,11 @@ impl StandardReceiver {
             .arg(&log)
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("python3 runs the Standard Webhooks receiver");
+            .unwrap_or_else(|e| panic!("python3 runs the Standard Webhooks receiver: {e}"));
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("its stdout"))
+        std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
-            .expect("the receiver prints its port");
+            .unwrap_or_else(|e| panic!("the receiver prints its port: {e}"));
         let port: u16 = line.trim().parse().unwrap_or_else(|_| {
             panic!("the receiver did not start (is PyPI standardwebhooks installed? scripts/setup): {line:?}")
         });
@@ -1061,25 +1064,35 @@ impl StandardReceiver {
         }
     }
 
-    /// Every request it got: (webhook-id, its answer, headers, body).
-    fn got(&self) -> Vec<(String, u16, BTreeMap<String, String>, Vec<u8>)> {
+    /// Every request it got.
+    fn got(&self) -> Vec<StandardGot> {
         use base64::Engine as _;
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
             .map(|l| {
                 let v: Value = serde_json::from_str(l).unwrap();
-                (
-                    v["id"].as_str().unwrap().to_owned(),
-                    u16::try_from(v["answer"].as_u64().unwrap()).unwrap(),
-                    serde_json::from_value(v["headers"].clone()).unwrap(),
-                    base64::engine::general_purpose::STANDARD
+                StandardGot {
+                    id: v["id"].as_str().unwrap().to_owned(),
+                    answer: u16::try_from(v["answer"].as_u64().unwrap()).unwrap(),
+                    headers: serde_json::from_value(v["headers"].clone()).unwrap(),
+                    body: base64::engine::general_purpose::STANDARD
                         .decode(v["body"].as_str().unwrap())
                         .unwrap(),
-                )
+                }
             })
             .collect()
     }
+}
+
+/// One request the Standard Webhooks receiver got: its `webhook-id`, its answer (200
+/// verified, 409 replayed, 400 refused), its headers (lower-case) and body.
+#[derive(Clone, Debug)]
+struct StandardGot {
+    id: String,
+    answer: u16,
+    headers: BTreeMap<String, String>,
+    body: Vec<u8>,
 }
 
 impl Drop for StandardReceiver {
@@ -1091,6 +1104,10 @@ impl Drop for StandardReceiver {
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
 async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library() {
     use base64::Engine as _;
     use gryvia_client::webhook::{Signatures, post};
@@ -1139,13 +1156,18 @@ async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library
     let waited = wait_for(
         "two deliveries accepted by the Standard Webhooks receiver",
         Duration::from_secs(60),
-        || async { (rx.got().iter().filter(|g| g.1 == 200).count() == 2).then_some(()) },
+        || async { (rx.got().iter().filter(|g| g.answer == 200).count() == 2).then_some(()) },
     )
     .await;
     assert!(waited.is_ok(), "got {:?}", rx.got());
     let got = rx.got();
-    assert!(got.iter().all(|g| g.1 == 200), "every delivery verified: {got:?}");
-    let (id, _, headers, body) = got[0].clone();
+    assert!(
+        got.iter().all(|g| g.answer == 200),
+        "every delivery verified: {got:?}"
+    );
+    let StandardGot {
+        id, headers, body, ..
+    } = got[0].clone();
     assert_eq!(headers["webhook-id"], headers["x-gryvia-delivery"]);
     assert_eq!(
         headers["x-gryvia-signature"],
@@ -1160,18 +1182,41 @@ async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library
     let url = format!("{}/hook", rx.url);
     let timeout = Duration::from_secs(5);
     // The same delivery again: verified, and refused as a replay.
-    assert_eq!(post(&url, &id, Some(&sent), &body, timeout).await.unwrap(), 409);
+    assert_eq!(
+        post(&url, &id, Some(&sent), &body, timeout).await.unwrap(),
+        409
+    );
     // A tampered body: the signature does not verify.
     let mut tampered = body.clone();
     tampered.extend_from_slice(b" ");
-    assert_eq!(post(&url, &id, Some(&sent), &tampered, timeout).await.unwrap(), 400);
+    assert_eq!(
+        post(&url, &id, Some(&sent), &tampered, timeout)
+            .await
+            .unwrap(),
+        400
+    );
     // A well-signed message ten minutes old: outside the library's tolerance.
     let old = jiff::Timestamp::now().as_second() - 600;
     let stale = Signatures::of(secret.as_bytes(), "stale", old, &body);
-    assert_eq!(post(&url, "stale", Some(&stale), &body, timeout).await.unwrap(), 400);
+    assert_eq!(
+        post(&url, "stale", Some(&stale), &body, timeout)
+            .await
+            .unwrap(),
+        400
+    );
     // Signed now with the same key: accepted, so the two refusals were for what they test.
-    let fresh = Signatures::of(secret.as_bytes(), "fresh", jiff::Timestamp::now().as_second(), &body);
-    assert_eq!(post(&url, "fresh", Some(&fresh), &body, timeout).await.unwrap(), 200);
+    let fresh = Signatures::of(
+        secret.as_bytes(),
+        "fresh",
+        jiff::Timestamp::now().as_second(),
+        &body,
+    );
+    assert_eq!(
+        post(&url, "fresh", Some(&fresh), &body, timeout)
+            .await
+            .unwrap(),
+        200
+    );
 }
 
 #[tokio::test]

@@ -553,6 +553,41 @@ async fn a_16_worker_gang_on_partial_capacity_waits_without_holding_gpus_then_st
     assert_eq!(per_node.values().copied().collect::<Vec<_>>(), vec![8, 8]);
 }
 
+/// Watches job `name`: the first queue notice (`status.preemption`) any version of it shows,
+/// and whether any version has the AI job controller's `Preempted` condition. They need not show
+/// in the same version: the controller suspends the batch Job before it writes the condition,
+/// and once the workers are gone the queue releases the job (`status.preemption` goes), which on
+/// KWOK (pods go at once) may come before that status write lands. Gives up after 120 s.
+fn watch_preemption(
+    jobs: Api<GryviaAIJob>,
+    name: &str,
+) -> tokio::task::JoinHandle<(Option<gryvia_types::PreemptionNotice>, bool)> {
+    let job_watch = watcher(
+        jobs,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .applied_objects();
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut notice = None;
+        let mut condition = false;
+        let mut watch = std::pin::pin!(job_watch);
+        let until = tokio::time::Instant::now() + Duration::from_secs(120);
+        while let Ok(Some(Ok(j))) = tokio::time::timeout_at(until, watch.next()).await {
+            if let Some(st) = &j.status {
+                if let Some(p) = &st.preemption {
+                    notice.get_or_insert_with(|| p.clone());
+                }
+                condition |= gryvia_types::conditions::is_true(&st.conditions, "Preempted");
+            }
+            if notice.is_some() && condition {
+                break;
+            }
+        }
+        (notice, condition)
+    })
+}
+
 #[tokio::test]
 async fn a_higher_priority_job_preempts_with_a_notice_its_pods_see_first_and_no_retry_used() {
     let Some(s) = Setup::new("q-preempt", 1).await else {
@@ -617,38 +652,11 @@ async fn a_higher_priority_job_preempts_with_a_notice_its_pods_see_first_and_no_
         out
     });
 
-    // Watch low itself: the queue's notice (status.preemption) and the AI job controller's
-    // Preempted condition each show in some version. They need not show in the same one:
-    // the controller suspends the batch Job before it writes the condition, and once the
-    // workers are gone the queue releases the job (status.preemption goes), which on KWOK
-    // (pods go at once) may come before that status write lands.
-    let job_watch = watcher(
-        s.jobs_in(&s.ns.name),
-        watcher::Config::default().fields("metadata.name=low"),
-    )
-    .applied_objects();
-    let job_seen = tokio::spawn(async move {
-        use futures::StreamExt;
-        let mut notice = None;
-        let mut condition = false;
-        let mut watch = std::pin::pin!(job_watch);
-        let until = tokio::time::Instant::now() + Duration::from_secs(120);
-        while let Ok(Some(Ok(j))) = tokio::time::timeout_at(until, watch.next()).await {
-            if let Some(st) = &j.status {
-                if let Some(p) = &st.preemption {
-                    notice.get_or_insert_with(|| p.clone());
-                }
-                condition |= gryvia_types::conditions::is_true(&st.conditions, "Preempted");
-            }
-            if notice.is_some() && condition {
-                break;
-            }
-        }
-        (notice, condition)
-    });
+    let job_seen = watch_preemption(s.jobs_in(&s.ns.name), "low");
     s.submit("high", 8, 1, json!({"priority": 90})).await;
     let (notice, condition) = job_seen.await.unwrap();
-    let notice = notice.expect("the queue wrote its notice on low (status.preemption)");
+    let notice =
+        notice.unwrap_or_else(|| panic!("the queue wrote no notice on low (status.preemption)"));
     assert!(condition, "low had the Preempted condition");
     assert_eq!(notice.reason, "WithinQueue");
     assert_eq!(notice.by, format!("{}/high", s.ns.name));
