@@ -166,8 +166,8 @@ impl Executor {
         }
     }
 
-    /// Whether this executor wrote `obj`'s status (the last write succeeded), and if so the
-    /// resourceVersion that write left it at: `Some(None)` is never returned.
+    /// The resourceVersion this executor's last status write left `obj` at; `None` when it
+    /// wrote no status of it (or its last write failed).
     pub fn status_written_at<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Option<String> {
         self.applied()
             .get(&Self::status_ref(obj))
