@@ -30,8 +30,11 @@ fn taints(node: &Node) -> &[Taint] {
 }
 
 fn node_label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
-    node.metadata
-        .labels
+    label(&node.metadata, key)
+}
+
+fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels
         .as_ref()
         .and_then(|l| l.get(key))
         .map(String::as_str)
@@ -93,10 +96,7 @@ pub fn gpu_product(node: &Node) -> Option<&str> {
 
 /// [`gpu_product`] from a node's metadata alone (what a metadata-only cache of nodes holds).
 pub fn gpu_product_of(node: &ObjectMeta) -> Option<&str> {
-    node.labels
-        .as_ref()?
-        .get(labels::NVIDIA_GPU_PRODUCT)
-        .map(String::as_str)
+    label(node, labels::NVIDIA_GPU_PRODUCT)
 }
 
 /// A whole count of a quantity (0 when it is not one, as for `500m` or a malformed value).
@@ -225,15 +225,8 @@ impl PodView for Pod {
     fn each_asked(&self, f: &mut dyn FnMut(usize, &str, &Quantity)) {
         let Some(spec) = &self.spec else { return };
         for (i, c) in spec.containers.iter().enumerate() {
-            let Some(r) = &c.resources else { continue };
-            let requests = r.requests.as_ref();
-            for (name, q) in requests.into_iter().flatten() {
+            for (name, q) in c.resources.iter().flat_map(gryvia_types::pods::asked) {
                 f(i, name, q);
-            }
-            for (name, q) in r.limits.iter().flatten() {
-                if requests.is_none_or(|req| !req.contains_key(name)) {
-                    f(i, name, q);
-                }
             }
         }
     }

@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::core::{NamespaceResourceScope, Resource};
@@ -69,17 +70,9 @@ struct MetaJson {
 }
 
 #[derive(Deserialize)]
-struct ResourcesJson {
-    #[serde(default)]
-    limits: Option<BTreeMap<String, Quantity>>,
-    #[serde(default)]
-    requests: Option<BTreeMap<String, Quantity>>,
-}
-
-#[derive(Deserialize)]
 struct ContainerJson {
     #[serde(default)]
-    resources: Option<ResourcesJson>,
+    resources: Option<ResourceRequirements>,
 }
 
 #[derive(Deserialize)]
@@ -102,19 +95,18 @@ struct PodJson {
     status: Option<StatusJson>,
 }
 
-/// Requests, then the limits of resources without a request.
-fn asked(resources: Option<ResourcesJson>) -> Vec<(String, Quantity)> {
-    let Some(r) = resources else {
-        return Vec::new();
-    };
-    let mut out: Vec<(String, Quantity)> = r.requests.unwrap_or_default().into_iter().collect();
-    for (name, q) in r.limits.unwrap_or_default() {
-        if !out.iter().any(|(n, _)| *n == name) {
-            out.push((name, q));
-        }
-    }
-    out.shrink_to_fit();
-    out
+/// What a container with `resources` asks for: its requests, then the limits of resources it
+/// sets no request for (what the API server defaults such a request to). The one reading of
+/// [`CachedPod::containers`] and of a whole pod's containers alike.
+pub fn asked(resources: &ResourceRequirements) -> impl Iterator<Item = (&String, &Quantity)> {
+    let requests = resources.requests.as_ref();
+    requests.into_iter().flatten().chain(
+        resources
+            .limits
+            .iter()
+            .flatten()
+            .filter(move |(name, _)| requests.is_none_or(|r| !r.contains_key(*name))),
+    )
 }
 
 impl<'de> Deserialize<'de> for CachedPod {
@@ -149,8 +141,12 @@ impl<'de> Deserialize<'de> for CachedPod {
         let (node_name, containers) = pod.spec.map_or((None, Vec::new()), |s| {
             let containers: Vec<_> = s
                 .containers
-                .into_iter()
-                .map(|c| asked(c.resources))
+                .iter()
+                .map(|c| {
+                    c.resources.as_ref().map_or_else(Vec::new, |r| {
+                        asked(r).map(|(n, q)| (n.clone(), q.clone())).collect()
+                    })
+                })
                 .collect();
             (s.node_name, containers)
         });

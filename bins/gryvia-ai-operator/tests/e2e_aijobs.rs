@@ -149,6 +149,30 @@ impl Setup {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
+    /// Creates Secret `name` of the test namespace with `value` under the key `secret` (a job
+    /// hook's signing key).
+    async fn hook_secret(&self, name: &str, value: &str) {
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": name}, "stringData": {"secret": value}
+        }))
+        .unwrap();
+        Api::namespaced(self.client.clone(), &self.ns.name)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
+    /// Creates GryviaJobHook `name` of the test namespace with `spec`.
+    async fn create_hook(&self, name: &str, spec: Value) -> gryvia_types::GryviaJobHook {
+        let mut hook: gryvia_types::GryviaJobHook =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+        hook.metadata.namespace = Some(self.ns.name.clone());
+        Api::namespaced(self.client.clone(), &self.ns.name)
+            .create(&PostParams::default(), &hook)
+            .await
+            .unwrap()
+    }
+
     async fn submit(&self, body: Value) -> GryviaAIJob {
         let mut job: GryviaAIJob = serde_json::from_value(body).unwrap();
         job.metadata.namespace = Some(self.ns.name.clone());
@@ -1104,14 +1128,9 @@ impl Drop for StandardReceiver {
 }
 
 #[tokio::test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one end-to-end scenario, read top to bottom"
-)]
 async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library() {
     use base64::Engine as _;
     use gryvia_client::webhook::{Signatures, post};
-    use gryvia_types::GryviaJobHook;
     let Some(s) = Setup::start("stdhooks", &["--enable-job-hooks".to_owned()], None).await else {
         return;
     };
@@ -1122,28 +1141,14 @@ async fn job_hook_deliveries_verify_with_the_standard_webhooks_reference_library
         base64::engine::general_purpose::STANDARD.encode(key)
     );
     let rx = StandardReceiver::start(&secret);
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(s.client.clone(), &s.ns.name);
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "std-key"}, "stringData": {"secret": secret}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let hooks: Api<GryviaJobHook> = Api::namespaced(s.client.clone(), &s.ns.name);
-    let mut hook: GryviaJobHook = serde_json::from_value(json!({
-        "metadata": {"name": "std"},
-        "spec": {"events": ["Started", "Succeeded"], "selector": {"names": ["verified"]},
-                 "url": format!("{}/hook", rx.url), "allowInsecure": true,
-                 "secretRef": {"name": "std-key"}, "timeoutSeconds": 5}
-    }))
-    .unwrap();
-    hook.metadata.namespace = Some(s.ns.name.clone());
-    hooks.create(&PostParams::default(), &hook).await.unwrap();
+    s.hook_secret("std-key", &secret).await;
+    s.create_hook(
+        "std",
+        json!({"events": ["Started", "Succeeded"], "selector": {"names": ["verified"]},
+               "url": format!("{}/hook", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "std-key"}, "timeoutSeconds": 5}),
+    )
+    .await;
     s.submit(json!({
         "metadata": {"name": "verified"},
         "spec": {"image": "registry.local/train:1", "gpus": 1}
@@ -1230,66 +1235,33 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
         return;
     };
     let rx = Receiver::start().await;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(s.client.clone(), &s.ns.name);
-    let secret = |name: &str, key: &str| -> k8s_openapi::api::core::v1::Secret {
-        serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "stringData": {"secret": key}
-        }))
-        .unwrap()
-    };
-    secrets
-        .create(&PostParams::default(), &secret("hook-key", "s3cret"))
-        .await
-        .unwrap();
+    s.hook_secret("hook-key", "s3cret").await;
     let hooks: Api<GryviaJobHook> = Api::namespaced(s.client.clone(), &s.ns.name);
-    let hook = |name: &str, body: Value| {
-        let mut h: GryviaJobHook =
-            serde_json::from_value(json!({"metadata": {"name": name}, "spec": body})).unwrap();
-        h.metadata.namespace = Some(s.ns.name.clone());
-        h
-    };
     // Every event of team a's jobs.
-    hooks
-        .create(
-            &PostParams::default(),
-            &hook(
-                "all",
-                json!({"events": ["Started", "Retried", "Succeeded", "Failed"],
-                       "selector": {"matchLabels": {"team": "a"}},
-                       "url": format!("{}/ok", rx.url), "allowInsecure": true,
-                       "secretRef": {"name": "hook-key"}, "timeoutSeconds": 5}),
-            ),
-        )
-        .await
-        .unwrap();
+    s.create_hook(
+        "all",
+        json!({"events": ["Started", "Retried", "Succeeded", "Failed"],
+               "selector": {"matchLabels": {"team": "a"}},
+               "url": format!("{}/ok", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "hook-key"}, "timeoutSeconds": 5}),
+    )
+    .await;
     // A receiver that is down: given up after two attempts.
-    hooks
-        .create(
-            &PostParams::default(),
-            &hook(
-                "down",
-                json!({"events": ["Failed"], "selector": {"names": ["crash"]},
-                       "url": format!("{}/down", rx.url), "allowInsecure": true,
-                       "secretRef": {"name": "hook-key"}, "maxAttempts": 2}),
-            ),
-        )
-        .await
-        .unwrap();
+    s.create_hook(
+        "down",
+        json!({"events": ["Failed"], "selector": {"names": ["crash"]},
+               "url": format!("{}/down", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "hook-key"}, "maxAttempts": 2}),
+    )
+    .await;
     // A key that does not exist yet, and a receiver that fails each delivery once.
-    hooks
-        .create(
-            &PostParams::default(),
-            &hook(
-                "late",
-                json!({"events": ["Succeeded"], "selector": {"names": ["train"]},
-                       "url": format!("{}/flaky", rx.url), "allowInsecure": true,
-                       "secretRef": {"name": "late-key"}}),
-            ),
-        )
-        .await
-        .unwrap();
+    s.create_hook(
+        "late",
+        json!({"events": ["Succeeded"], "selector": {"names": ["train"]},
+               "url": format!("{}/flaky", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "late-key"}}),
+    )
+    .await;
 
     s.submit(json!({
         "metadata": {"name": "train", "labels": {"team": "a"}},
@@ -1455,10 +1427,7 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
     assert_eq!(late.deliveries.len(), 1);
     assert_eq!(late.deliveries[0].attempts, 0);
     assert!(rx.on("/flaky").is_empty());
-    secrets
-        .create(&PostParams::default(), &secret("late-key", "later"))
-        .await
-        .unwrap();
+    s.hook_secret("late-key", "later").await;
     let late = wait_for("hook late to deliver", Duration::from_secs(90), || async {
         let st = status("late").await;
         (st.delivered == 1).then_some(st)
@@ -1486,30 +1455,15 @@ async fn a_workflow_runs_its_steps_in_dependency_order_and_a_hook_announces_it()
         return;
     };
     let rx = Receiver::start().await;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(s.client.clone(), &s.ns.name);
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "hook-key"}, "stringData": {"secret": "wf"}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let hook: gryvia_types::GryviaJobHook = serde_json::from_value(json!({
-        "metadata": {"name": "pipeline", "namespace": s.ns.name},
-        "spec": {"events": ["Started", "Succeeded", "Failed"],
-                 "selector": {"names": ["pipe"], "includeWorkflows": true},
-                 "url": format!("{}/ok", rx.url), "allowInsecure": true,
-                 "secretRef": {"name": "hook-key"}}
-    }))
-    .unwrap();
-    Api::<gryvia_types::GryviaJobHook>::namespaced(s.client.clone(), &s.ns.name)
-        .create(&PostParams::default(), &hook)
-        .await
-        .unwrap();
+    s.hook_secret("hook-key", "wf").await;
+    s.create_hook(
+        "pipeline",
+        json!({"events": ["Started", "Succeeded", "Failed"],
+               "selector": {"names": ["pipe"], "includeWorkflows": true},
+               "url": format!("{}/ok", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "hook-key"}}),
+    )
+    .await;
 
     let workflows: Api<GryviaWorkflow> = Api::namespaced(s.client.clone(), &s.ns.name);
     let create = |body: Value| {

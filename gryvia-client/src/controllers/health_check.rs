@@ -58,7 +58,7 @@ impl HealthObserver {
         // Only the pods of quarantined nodes are read and sorted (a fleet holds tens of
         // thousands).
         for pod in self.pods.state() {
-            let node = pod.node_name.as_deref();
+            let node = gryvia_reconcile::facts::node_of(&pod);
             if let Some(list) = node.and_then(|n| pods.get_mut(n)) {
                 list.push(PodInfo::of(&pod));
             }

@@ -41,7 +41,7 @@ impl Observe for MeteringObserver {
         let pods = pods_of_job(&self.pods, &ns, &job.name_any());
         let nodes: Vec<ObjectMeta> = pods
             .iter()
-            .filter_map(|p| p.node_name.as_deref())
+            .filter_map(|p| gryvia_reconcile::facts::node_of(p))
             .filter_map(|n| cached(&self.nodes, None, n).map(|n| n.metadata.clone()))
             .collect();
         let node_product = node_product(job, &pods, &nodes);
