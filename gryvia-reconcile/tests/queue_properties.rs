@@ -1,8 +1,9 @@
 //! Properties of the admission cycle over random queues, nodes and jobs, cycle after cycle:
 //! quota is never exceeded, lending limits hold, a gang is never partly admitted, no node is
 //! overcommitted, a preempted job is never counted twice, StrictFIFO never lets a later job
-//! pass its head, backfill never delays the head's computed start, and a second cycle over
-//! what the first wrote preempts none of it.
+//! pass its head, backfill never delays the head's computed start, a second cycle over
+//! what the first wrote preempts none of it, and the writes picked within a budget are the
+//! ones the whole list would give.
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on broken fixtures")]
 
@@ -10,8 +11,11 @@ use std::collections::BTreeMap;
 
 use gryvia_reconcile::queue::{
     Cycle, JobInfo, JobKey, JobState, Milli, NodeCapacity, ONE_GPU, QueueInfo, QueueWorld,
-    QuotaEntry, Share, Slot, Unavailable, Used, cycle, cycle_deciding_every_job, expected_start,
+    QuotaEntry, Share, Slot, Unavailable, Used, cycle, cycle_deciding_every_job, decide,
+    expected_start,
 };
+use gryvia_reconcile::queue::{job_writes, job_writes_within, within_budget};
+use gryvia_types::GryviaAIJob;
 use gryvia_types::scheduling::QueueingStrategy;
 use proptest::prelude::*;
 
@@ -292,8 +296,59 @@ fn like_jobs(queues: usize) -> impl Strategy<Value = Vec<JobInfo>> {
     })
 }
 
+/// The GryviaAIJob of `job` as the controller would see it: its admission and preemption from
+/// its state, and the standing `earlier` gave it when `told`.
+fn object(job: &JobInfo, earlier: &Cycle, told: bool) -> GryviaAIJob {
+    let (admission, preemption) = match &job.state {
+        JobState::Pending => (None, None),
+        JobState::Admitted(a) => (Some(a.clone()), None),
+        JobState::Preempting(a, p) => (Some(a.clone()), Some(p.clone())),
+    };
+    let standing = earlier.pending.get(&job.key).filter(|_| told);
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+        "metadata": {"name": job.key.name, "namespace": job.key.namespace},
+        "spec": {"image": "i", "gpus": 1},
+        "status": {"admission": admission, "preemption": preemption, "queue": standing},
+    }))
+    .unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The controller's writes of a cycle, picked in place within a budget of standing writes
+    /// and leaving out new standings of jobs with a write in flight (never a decision), are
+    /// what the whole list of writes cut to that budget gives.
+    #[test]
+    fn writes_within_a_budget_are_the_whole_lists_first(
+        (mut w, told, held, budget) in world(4).prop_flat_map(|w| {
+            let n = w.jobs.len();
+            (
+                Just(w),
+                prop::collection::vec(prop::bool::ANY, n),
+                prop::collection::vec(prop::bool::weighted(0.2), n),
+                prop::sample::select(vec![0_usize, 1, 3, 64]),
+            )
+        })
+    ) {
+        let first = cycle(&w, now());
+        apply(&mut w, &first, true);
+        let objects: Vec<GryviaAIJob> = w
+            .jobs
+            .iter()
+            .zip(&told)
+            .map(|(j, &t)| object(j, &first, t))
+            .collect();
+        let held_keys: Vec<&JobKey> = w.jobs.iter().zip(&held).filter(|(_, h)| **h).map(|(j, _)| &j.key).collect();
+        let second = cycle(&w, now());
+        let got = job_writes_within(&objects, &second, budget, |k| held_keys.contains(&k));
+        let mut all = job_writes(&objects, &second);
+        let before = all.len();
+        all.retain(|x| x.decision || !held_keys.contains(&&x.job));
+        prop_assert_eq!(got.held_back, before - all.len());
+        prop_assert_eq!(got.writes, within_budget(all, budget));
+    }
 
     /// A job of the same shape as one just left waiting in its queue, with nothing admitted,
     /// preempted or blocked in between, takes that job's reason instead of being decided
@@ -311,6 +366,21 @@ proptest! {
             let full = cycle_deciding_every_job(&w, now());
             prop_assert_eq!(&fast, &full, "step {}", step);
             apply(&mut w, &fast, step % 2 == 1);
+        }
+    }
+
+    /// A cycle of decisions only admits, preempts and releases exactly what the full cycle
+    /// does, cycle after cycle.
+    #[test]
+    fn decisions_alone_are_the_full_cycles_decisions(mut w in world(4)) {
+        for step in 0..4 {
+            let full = cycle(&w, now());
+            let only = decide(&w, now());
+            prop_assert!(only.decisions_only && only.pending.is_empty() && only.queues.is_empty());
+            prop_assert_eq!(&only.admitted, &full.admitted, "step {}", step);
+            prop_assert_eq!(&only.preempted, &full.preempted, "step {}", step);
+            prop_assert_eq!(&only.released, &full.released, "step {}", step);
+            apply(&mut w, &full, step % 2 == 1);
         }
     }
 

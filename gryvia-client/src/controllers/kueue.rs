@@ -4,8 +4,8 @@
 //! priorities of unfinished jobs (policy: `gryvia_reconcile::kueue`). The AI job controller
 //! submits each job's batch Job to its namespace's LocalQueue and reads Kueue's Workload back.
 //!
-//! One cycle decides about the whole set (changes within [`DEBOUNCE`] taken together, at least
-//! every [`RESYNC`]): objects that differ from what the world asks for are applied with
+//! One cycle decides about the whole set (at once after a quiet spell, changes during cycles
+//! taken together, [`PACE`] at most between them; at least every [`RESYNC`]): objects that differ from what the world asks for are applied with
 //! server-side apply under [`FIELD_MANAGER`], objects labelled as Gryvia's that it no longer
 //! asks for are deleted. A LocalQueue whose ClusterQueue changes is deleted and made anew
 //! (Kueue does not let it move).
@@ -36,8 +36,8 @@ use crate::runtime::spec_or_lifecycle;
 
 /// Field manager of the Kueue integration.
 pub const FIELD_MANAGER: &str = "gryvia-kueue";
-/// Changes within this long after the first are taken together.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// The longest pause between cycles run back to back ([`super::cycles`]).
+pub const PACE: Duration = Duration::from_millis(200);
 /// A cycle runs at least this often (and repairs what someone else changed).
 pub const RESYNC: Duration = Duration::from_secs(30);
 
@@ -280,7 +280,7 @@ pub fn controller(shared: &Shared) -> Running {
         FIELD_MANAGER,
         triggers.boxed(),
         RESYNC,
-        DEBOUNCE,
+        PACE,
         shared.metrics.clone(),
         move || {
             let integration = integration.clone();

@@ -174,16 +174,19 @@ pub fn managed_selector() -> String {
 }
 
 /// Runs `cycle` for a controller that decides about a whole set at once (the queue
-/// scheduler, the Kueue integration): whenever `triggers` fire (changes within `debounce`
-/// taken together) and at least every `resync`. A failed cycle is counted in the error metric
-/// and retried after a doubling back-off ([`backoff`]), never in a hot loop. The triggers are
-/// drained on their own, so a long cycle never holds the reflectors (and every other
-/// controller's caches) back.
+/// scheduler, the Kueue integration): whenever `triggers` fire and at least every `resync`.
+/// A change after a quiet spell is decided at once; changes that come while cycles run back
+/// to back are taken together, the next cycle starting [`pause_before`] (as long as the last
+/// cycle took, at most `pace`) after the last ended, so a busy controller leaves the CPU
+/// to the API server half the time. A failed cycle is counted in the error metric and retried
+/// after a doubling back-off ([`backoff`]), never in a hot loop. The triggers are drained on
+/// their own, so a long cycle never holds the reflectors (and every other controller's
+/// caches) back.
 pub fn cycles<F, Fut>(
     name: &'static str,
     triggers: BoxStream<'static, ()>,
     resync: Duration,
-    debounce: Duration,
+    pace: Duration,
     metrics: Metrics,
     cycle: F,
 ) -> Running
@@ -200,13 +203,23 @@ where
         });
         let run = async move {
             let mut failures: u32 = 0;
+            let mut last: Option<LastCycle> = None;
             loop {
                 tokio::select! {
                     () = wake.notified() => {}
                     () = tokio::time::sleep(resync) => {}
                 }
-                tokio::time::sleep(debounce).await;
-                match cycle().await {
+                let pause = pause_before(last.as_ref(), pace, std::time::Instant::now());
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+                let started = std::time::Instant::now();
+                let result = cycle().await;
+                last = Some(LastCycle {
+                    ended: std::time::Instant::now(),
+                    took: started.elapsed(),
+                });
+                match result {
                     Ok(()) => failures = 0,
                     Err(e) => {
                         failures = failures.saturating_add(1);
@@ -232,6 +245,25 @@ where
     })
 }
 
+/// When the last cycle ended and how long it took.
+#[derive(Clone, Copy, Debug)]
+pub struct LastCycle {
+    /// When it ended.
+    pub ended: std::time::Instant,
+    /// How long it ran.
+    pub took: Duration,
+}
+
+/// How long a woken cycle waits at `now`: nothing after a quiet spell (the last cycle ended
+/// at least as long ago as it took, or `pace`); else until that long after the last ended.
+pub fn pause_before(last: Option<&LastCycle>, pace: Duration, now: std::time::Instant) -> Duration {
+    let Some(last) = last else {
+        return Duration::ZERO;
+    };
+    let gap = last.took.min(pace);
+    gap.saturating_sub(now.saturating_duration_since(last.ended))
+}
+
 /// Wait after `failures` failed cycles in a row: doubling from 500 ms up to a minute, at
 /// least what the error asks for.
 fn backoff(failures: u32, e: &Error) -> Duration {
@@ -242,6 +274,40 @@ fn backoff(failures: u32, e: &Error) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cycle_after_a_quiet_spell_starts_at_once_and_back_to_back_ones_are_paced() {
+        let pace = Duration::from_millis(50);
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            pause_before(None, pace, t0),
+            Duration::ZERO,
+            "the first cycle"
+        );
+        let short = LastCycle {
+            ended: t0,
+            took: Duration::from_millis(4),
+        };
+        assert_eq!(
+            pause_before(Some(&short), pace, t0 + Duration::from_millis(1)),
+            Duration::from_millis(3),
+            "as long as the last took"
+        );
+        assert_eq!(
+            pause_before(Some(&short), pace, t0 + Duration::from_millis(9)),
+            Duration::ZERO,
+            "quiet for longer than the last took"
+        );
+        let long = LastCycle {
+            ended: t0,
+            took: Duration::from_millis(400),
+        };
+        assert_eq!(
+            pause_before(Some(&long), pace, t0 + Duration::from_millis(10)),
+            Duration::from_millis(40),
+            "never more than the pace"
+        );
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

@@ -3,12 +3,16 @@
 //! `gryvia_reconcile::queue`), not one reconcile per job racing the others.
 //!
 //! Any change that can move a decision (a queue, a job's spec or admission, a priority tier,
-//! a node's GPUs or health, a pod bound or gone) wakes it; changes within [`DEBOUNCE`] are
-//! taken together, and a cycle also runs every [`RESYNC`]. A cycle reads the operator's
+//! a node's GPUs or health, a pod bound or gone) wakes it: at once after a quiet spell; changes
+//! during cycles are taken together, the next cycle pausing as long as the last took (at most
+//! [`PACE`]); and a cycle also runs every [`RESYNC`]. A cycle reads the operator's
 //! caches, decides, and writes with server-side apply under its own field manager
 //! ([`FIELD_MANAGER`]): each changed job's `status.admission`, `status.preemption` and
 //! `status.queue` (the AI job controller never writes those), the notice annotation on a
 //! victim's pods before its status says it is preempted, each queue's status, and Events.
+//! With a long queue (more than [`FULL_CYCLES_UP_TO`] jobs) every waiting job's standing is
+//! worked out at most every [`STANDINGS_EVERY`]; the cycles between make the same decisions
+//! without it.
 //!
 //! State is in the objects only. What this replica wrote is remembered until its cache shows
 //! it (at most [`WRITTEN_TTL`]), so a cycle right after a write never admits a job twice nor
@@ -38,8 +42,8 @@ use crate::runtime::spec_or_lifecycle;
 /// Field manager and event reporter of the queue scheduler.
 pub const FIELD_MANAGER: &str = "gryvia-queue";
 
-/// Changes within this long after the first are decided on together.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
+/// The longest pause between cycles run back to back ([`super::cycles`]).
+pub const PACE: Duration = Duration::from_millis(50);
 
 /// A cycle runs at least this often (expected starts move with time; deletions wake no one).
 pub const RESYNC: Duration = Duration::from_secs(15);
@@ -60,6 +64,14 @@ pub const STANDING_WRITE_EVERY: Duration = Duration::from_millis(30);
 /// `Ready` condition goes at once.
 pub const QUEUE_STATUS_EVERY: Duration = Duration::from_secs(1);
 
+/// With more jobs than this in the queues' namespaces, a cycle works out every waiting job's
+/// standing (and the queues' counts) at most every [`STANDINGS_EVERY`]; the cycles between
+/// make only the decisions ([`queue::decide`]). With fewer, every cycle is a full one.
+pub const FULL_CYCLES_UP_TO: usize = 1_000;
+
+/// See [`FULL_CYCLES_UP_TO`].
+pub const STANDINGS_EVERY: Duration = Duration::from_secs(1);
+
 /// What this replica wrote to an object (`value`: the part it owns), to which incarnation of
 /// it (`uid`), and when.
 #[derive(Clone, Debug)]
@@ -77,7 +89,8 @@ enum Write {
 
 /// What the scheduler remembers between cycles: writes sent and not yet in the cache (folded
 /// into what the next cycle sees, so it neither decides twice nor rewrites), the objects with
-/// a write in flight (never a second one at once: they could land out of order), the last
+/// a write in flight (never a second one at once: they could land out of order) and the
+/// decision that goes once it is done, the last
 /// write of each queue's status, the standing writes it may still make, and the first error of
 /// a write since the last cycle.
 #[derive(Default)]
@@ -85,12 +98,17 @@ struct Memory {
     jobs: HashMap<JobKey, Written<QueueFields>>,
     queues: HashMap<String, Written<Option<GryviaQueueStatus>>>,
     jobs_in_flight: HashSet<JobKey>,
+    /// A decision made while the job had a write in flight: sent when that one is done (it is
+    /// already in `jobs`, so no cycle decides it again meanwhile).
+    jobs_next: HashMap<JobKey, Write>,
     queues_in_flight: HashSet<String>,
     queue_written_at: HashMap<String, Instant>,
     /// A cycle left a write out (in flight, or a queue written too recently): wake again.
     deferred: bool,
     standing_tokens: usize,
     tokens_at: Option<Instant>,
+    /// When the last cycle with standings ran.
+    full_at: Option<Instant>,
     failed: Option<crate::Error>,
 }
 
@@ -141,21 +159,40 @@ fn key_of(job: &GryviaAIJob) -> JobKey {
 }
 
 /// Folds what was written (and not yet seen in the cache) into `objects` (`part` reads the
-/// written part of an object, `put` sets it); forgets writes the cache shows, writes to
-/// objects gone or recreated, and writes older than [`WRITTEN_TTL`].
+/// written part of an object, `put` sets it, on a copy of that object only: the others stay
+/// shared with the cache); forgets writes the cache shows, writes to objects gone or
+/// recreated, and writes older than [`WRITTEN_TTL`]. Only objects `written` names (`ident` of
+/// a key: namespace, or "", and name) have their key made.
 fn fold_written<T, K, V>(
-    objects: &mut [T],
+    objects: &mut [Arc<T>],
     written: &mut HashMap<K, Written<V>>,
+    ident: impl Fn(&K) -> (&str, &str),
     key: impl Fn(&T) -> K,
     part: impl Fn(&T) -> V,
     put: impl Fn(&mut T, V),
 ) where
-    T: kube::Resource,
+    T: kube::Resource + Clone,
     K: std::hash::Hash + Eq,
     V: PartialEq + Clone,
 {
+    let named: Vec<usize> = {
+        let idents: HashSet<(&str, &str)> = written.keys().map(&ident).collect();
+        objects
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| {
+                let meta = o.meta();
+                let ns = meta.namespace.as_deref().unwrap_or_default();
+                meta.name
+                    .as_deref()
+                    .is_some_and(|n| idents.contains(&(ns, n)))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
     let mut seen: HashSet<K> = HashSet::new();
-    for obj in objects.iter_mut() {
+    for i in named {
+        let obj = &mut objects[i];
         let k = key(obj);
         let Some(w) = written.get(&k) else {
             continue;
@@ -165,7 +202,7 @@ fn fold_written<T, K, V>(
             written.remove(&k);
             continue;
         }
-        put(obj, w.value.clone());
+        put(Arc::make_mut(obj), w.value.clone());
         seen.insert(k);
     }
     written.retain(|k, _| seen.contains(k));
@@ -173,25 +210,36 @@ fn fold_written<T, K, V>(
 
 /// [`fold_written`] for jobs: their queue fields.
 fn fold_written_jobs(
-    jobs: &mut [GryviaAIJob],
+    jobs: &mut [Arc<GryviaAIJob>],
     written: &mut HashMap<JobKey, Written<QueueFields>>,
 ) {
-    fold_written(jobs, written, key_of, QueueFields::of, |job, fields| {
-        let status = job.status.get_or_insert_with(Default::default);
-        status.admission = fields.admission;
-        status.preemption = fields.preemption;
-        status.queue = fields.queue;
-    });
+    fn ident(k: &JobKey) -> (&str, &str) {
+        (&k.namespace, &k.name)
+    }
+    fold_written(
+        jobs,
+        written,
+        ident,
+        key_of,
+        QueueFields::of,
+        |job, fields| {
+            let status = job.status.get_or_insert_with(Default::default);
+            status.admission = fields.admission;
+            status.preemption = fields.preemption;
+            status.queue = fields.queue;
+        },
+    );
 }
 
 /// [`fold_written`] for queues: their status.
 fn fold_written_queues(
-    queues: &mut [GryviaQueue],
+    queues: &mut [Arc<GryviaQueue>],
     written: &mut HashMap<String, Written<Option<GryviaQueueStatus>>>,
 ) {
     fold_written(
         queues,
         written,
+        |name| ("", name.as_str()),
         |q| q.metadata.name.clone().unwrap_or_default(),
         |q| q.status.clone(),
         |q, status| q.status = status,
@@ -284,15 +332,16 @@ impl Scheduler {
             controller: FIELD_MANAGER.to_owned(),
         };
         self.metrics.reconciles.get_or_create(&labels).inc();
-        let mut queues = owned(&self.queues.state());
-        let mut jobs = owned(&self.jobs.state());
+        // Shared with the caches: only what was written and is not in them yet is copied.
+        let mut queues = self.queues.state();
+        let mut jobs = self.jobs.state();
         {
             let mut memory = self.memory();
             fold_written_jobs(&mut jobs, &mut memory.jobs);
             fold_written_queues(&mut queues, &mut memory.queues);
         }
         let priorities = owned(&self.priorities.state());
-        let nodes = owned(&self.nodes.state());
+        let nodes = self.nodes.state();
         let pods = self.pods.state();
         // Whole seconds: what the API server keeps of a time, so a written admission reads
         // back equal.
@@ -300,10 +349,21 @@ impl Scheduler {
             .unwrap_or_else(|_| jiff::Timestamp::now());
         let world = queue::world_of(&queues, &jobs, &priorities, &nodes, &pods);
         let observed = started.elapsed();
-        let decided = queue::cycle(&world, now);
+        let full = world.jobs.len() <= FULL_CYCLES_UP_TO
+            || self
+                .memory()
+                .full_at
+                .is_none_or(|at| at.elapsed() >= STANDINGS_EVERY);
+        let decided = if full {
+            self.memory().full_at = Some(Instant::now());
+            queue::cycle(&world, now)
+        } else {
+            // The standings follow within STANDINGS_EVERY even if nothing else wakes a cycle.
+            self.memory().deferred = true;
+            queue::decide(&world, now)
+        };
         let decision = started.elapsed().saturating_sub(observed);
-        let by_key: HashMap<JobKey, &GryviaAIJob> = jobs.iter().map(|j| (key_of(j), j)).collect();
-        let sent = self.send_jobs(&jobs, &decided, &pods, &by_key);
+        let sent = self.send_jobs(&jobs, &decided, &pods);
         let queues_sent = self.send_queues(&queues, &decided, now);
         self.metrics
             .duration
@@ -320,6 +380,7 @@ impl Scheduler {
                 pending = decided.pending.len(),
                 writes = sent,
                 queue_writes = queues_sent,
+                full,
                 observe_ms = observed.as_millis(),
                 decide_ms = decision.as_millis(),
                 took_ms = started.elapsed().as_millis(),
@@ -330,28 +391,30 @@ impl Scheduler {
     }
 
     /// Hands the jobs' writes of `decided` to the writer (decisions first, standings within
-    /// their budget; none to a job with a write in flight) and remembers them; how many.
+    /// their budget) and remembers them; how many. A job with a write in flight gets no new
+    /// standing, and its decision goes once that write is done.
     fn send_jobs(
         &self,
-        jobs: &[GryviaAIJob],
+        jobs: &[Arc<GryviaAIJob>],
         decided: &queue::Cycle,
         pods: &[Arc<CachedPod>],
-        by_key: &HashMap<JobKey, &GryviaAIJob>,
     ) -> usize {
         let mut memory = self.memory();
-        let mut writes = queue::job_writes(jobs, decided);
-        let before = writes.len();
-        writes.retain(|w| !memory.jobs_in_flight.contains(&w.job));
-        if writes.len() < before {
+        let budget = memory.standing_budget(Instant::now());
+        let in_flight = &memory.jobs_in_flight;
+        let queue::JobWrites {
+            writes,
+            of,
+            held_back,
+        } = queue::job_writes_within(jobs, decided, budget, |k| in_flight.contains(k));
+        if held_back > 0 {
             memory.deferred = true;
         }
-        let budget = memory.standing_budget(Instant::now());
-        let writes = queue::within_budget(writes, budget);
         let standings = writes.iter().filter(|w| !w.decision).count();
         memory.standing_tokens = memory.standing_tokens.saturating_sub(standings);
         let mut sent = 0;
-        for w in writes {
-            let Some(job) = by_key.get(&w.job) else {
+        for (w, i) in writes.into_iter().zip(of) {
+            let Some(job) = jobs.get(i) else {
                 continue;
             };
             let plan = plan_of(&w, pods);
@@ -363,12 +426,14 @@ impl Scheduler {
                     at: Instant::now(),
                 },
             );
+            let write = Write::Job(Box::new(((**job).clone(), plan)));
+            if memory.jobs_in_flight.contains(&w.job) {
+                memory.jobs_next.insert(w.job, write);
+                sent += 1;
+                continue;
+            }
             memory.jobs_in_flight.insert(w.job.clone());
-            if self
-                .writes
-                .unbounded_send(Write::Job(Box::new(((*job).clone(), plan))))
-                .is_ok()
-            {
+            if self.writes.unbounded_send(write).is_ok() {
                 sent += 1;
             }
         }
@@ -380,7 +445,7 @@ impl Scheduler {
     /// problem; how many.
     fn send_queues(
         &self,
-        queues: &[GryviaQueue],
+        queues: &[Arc<GryviaQueue>],
         decided: &queue::Cycle,
         now: jiff::Timestamp,
     ) -> usize {
@@ -420,7 +485,7 @@ impl Scheduler {
             memory.queues_in_flight.insert(name.clone());
             if self
                 .writes
-                .unbounded_send(Write::Queue(Box::new((q.clone(), plan))))
+                .unbounded_send(Write::Queue(Box::new(((**q).clone(), plan))))
                 .is_ok()
             {
                 sent += 1;
@@ -457,15 +522,21 @@ impl Scheduler {
             }
         };
         let mut memory = self.memory();
+        // The decision made meanwhile goes now; it stays remembered even if this write failed.
+        let mut next_sent = false;
         if let Some(key) = &job {
             memory.jobs_in_flight.remove(key);
+            if let Some(next) = memory.jobs_next.remove(key) {
+                memory.jobs_in_flight.insert(key.clone());
+                next_sent = self.writes.unbounded_send(next).is_ok();
+            }
         }
         if let Some(name) = &queue {
             memory.queues_in_flight.remove(name);
         }
         let wake = match result {
             Err(e) => {
-                if let Some(key) = &job {
+                if let Some(key) = job.as_ref().filter(|_| !next_sent) {
                     memory.jobs.remove(key);
                 }
                 if let Some(name) = &queue {
@@ -584,7 +655,7 @@ pub fn controller(shared: &Shared) -> Running {
         FIELD_MANAGER,
         triggers.boxed(),
         RESYNC,
-        DEBOUNCE,
+        PACE,
         shared.metrics.clone(),
         move || {
             let scheduler = scheduler.clone();
@@ -604,13 +675,15 @@ pub fn controller(shared: &Shared) -> Running {
 mod tests {
     use super::*;
 
-    fn job(name: &str, uid: &str) -> GryviaAIJob {
-        serde_json::from_value(json!({
-            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
-            "metadata": {"name": name, "namespace": "ml", "uid": uid},
-            "spec": {"image": "i", "gpus": 1}
-        }))
-        .expect("a valid job")
+    fn job(name: &str, uid: &str) -> Arc<GryviaAIJob> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+                "metadata": {"name": name, "namespace": "ml", "uid": uid},
+                "spec": {"image": "i", "gpus": 1}
+            }))
+            .expect("a valid job"),
+        )
     }
 
     fn standing(position: i32) -> QueueFields {
@@ -627,7 +700,8 @@ mod tests {
 
     #[test]
     fn a_write_not_yet_in_the_cache_is_folded_in_and_forgotten_once_it_is() {
-        let mut jobs = vec![job("a", "u1")];
+        let in_cache = job("a", "u1");
+        let mut jobs = vec![in_cache.clone()];
         let mut written = HashMap::from([(
             JobKey::new("ml", "a"),
             Written {
@@ -638,6 +712,11 @@ mod tests {
         )]);
         fold_written_jobs(&mut jobs, &mut written);
         assert_eq!(QueueFields::of(&jobs[0]), standing(2));
+        assert_eq!(
+            QueueFields::of(&in_cache),
+            QueueFields::default(),
+            "the cache's object is not changed: the cycle's copy is"
+        );
         assert_eq!(written.len(), 1, "kept until the cache shows it");
         let mut cached = vec![jobs[0].clone()];
         fold_written_jobs(&mut cached, &mut written);

@@ -66,6 +66,10 @@ pub struct Cycle {
     pub queues: BTreeMap<String, QueueSummary>,
     /// Problems with the queues' configuration, per queue (a namespace listed by two queues).
     pub problems: BTreeMap<String, Vec<String>>,
+    /// Only the decisions were made ([`decide`]): `pending` and `queues` are empty, not
+    /// because nothing waits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decisions_only: bool,
 }
 
 /// What an admission would take: the option that fits.
@@ -546,7 +550,15 @@ fn take_stock(
 
 /// Runs one admission cycle at `now`.
 pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
-    run(world, now, true)
+    run(world, now, true, true)
+}
+
+/// The decisions of [`cycle`] alone: the same admissions, preemptions and releases, without
+/// the standing of every job left waiting (position, reason, expected start) or the queues'
+/// summaries (`decisions_only` is set). For cycles between full ones: in a long queue the
+/// standings cost most of a cycle, and they are written a few at a time anyway.
+pub fn decide(world: &QueueWorld, now: Timestamp) -> Cycle {
+    run(world, now, true, false)
 }
 
 /// [`cycle`] deciding every pending job in full, without taking a like job's reason when
@@ -554,10 +566,10 @@ pub fn cycle(world: &QueueWorld, now: Timestamp) -> Cycle {
 /// compares the two).
 #[doc(hidden)]
 pub fn cycle_deciding_every_job(world: &QueueWorld, now: Timestamp) -> Cycle {
-    run(world, now, false)
+    run(world, now, false, true)
 }
 
-fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
+fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool, standings: bool) -> Cycle {
     let queues = &world.queues;
     let jobs = &world.jobs;
     let (ns_queue, problems) = queue_of_namespace(queues);
@@ -567,6 +579,11 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
     };
     let mut state = State::new(queues, &world.nodes);
     let (pending, running) = take_stock(world, &ns_queue, &mut state, &mut out);
+    // The queue of each pending job, looked up once.
+    let mut queue_of: Vec<usize> = vec![usize::MAX; jobs.len()];
+    for &ji in &pending {
+        queue_of[ji] = ns_queue[jobs[ji].key.namespace.as_str()];
+    }
     let mut cycle = Pass {
         jobs,
         queues,
@@ -581,13 +598,10 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
         no_room: HashMap::new(),
         waiting: HashMap::new(),
         like_jobs_once,
+        standings,
     };
     for &ji in &pending {
-        cycle
-            .pending
-            .entry(ns_queue[jobs[ji].key.namespace.as_str()])
-            .or_default()
-            .push(ji);
+        cycle.pending.entry(queue_of[ji]).or_default().push(ji);
     }
     // Two passes: first what fits without borrowing (so quota a lender needs is not lent
     // away first to an older job of a borrower), then, in the same order, the jobs that
@@ -597,7 +611,7 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
     let mut deferred: Vec<usize> = Vec::new();
     let mut deferring: BTreeSet<usize> = BTreeSet::new();
     for &ji in &pending {
-        let qi = ns_queue[jobs[ji].key.namespace.as_str()];
+        let qi = queue_of[ji];
         if deferring.contains(&qi) {
             deferred.push(ji);
             continue;
@@ -610,48 +624,88 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool) -> Cycle {
     // The second pass starts over in order: what the first learned about room does not hold.
     cycle.no_room.clear();
     for ji in deferred {
-        let qi = ns_queue[jobs[ji].key.namespace.as_str()];
+        let qi = queue_of[ji];
         cycle.consider(&mut state, &mut out, ji, qi, true);
     }
     let Pass {
         running,
         victims_now,
         heads,
-        mut reasons,
+        reasons,
+        admitted,
         ..
     } = cycle;
-    let admitted_now: BTreeSet<&JobKey> = out.admitted.iter().map(|a| &a.job).collect();
+    if !standings {
+        out.decisions_only = true;
+        return out;
+    }
     let still: Vec<usize> = pending
         .iter()
         .copied()
-        .filter(|i| !admitted_now.contains(&jobs[*i].key))
+        .filter(|i| !admitted.contains(i))
         .collect();
-    let etas = simulate::etas(
-        &state,
+    out.pending = standings_of(
         world,
-        &ns_queue,
-        &running,
-        &victims_now,
+        (&state, &ns_queue, &queue_of),
+        (&running, &victims_now, &heads),
         &still,
-        &heads,
+        reasons,
+        now,
+    );
+    summarize(&mut out, &state, world, &ns_queue, &still);
+    out
+}
+
+/// The standing of every job `still` pending after a cycle's passes: its queue, its position
+/// there, why it waits (`reasons`) and when it is expected to start.
+fn standings_of(
+    world: &QueueWorld,
+    (state, ns_queue, queue_of): (&State, &BTreeMap<&str, usize>, &[usize]),
+    (running, victims_now, heads): (
+        &[(usize, JobAdmission)],
+        &BTreeSet<usize>,
+        &[HeadReservation],
+    ),
+    still: &[usize],
+    mut reasons: BTreeMap<usize, Shortfall>,
+    now: Timestamp,
+) -> BTreeMap<JobKey, QueueStanding> {
+    let (jobs, queues) = (&world.jobs, &world.queues);
+    let etas = simulate::etas(
+        state,
+        world,
+        ns_queue,
+        running,
+        victims_now,
+        still,
+        heads,
         now,
     );
     let mut position: BTreeMap<usize, usize> = BTreeMap::new();
-    for &ji in &still {
-        let qi = ns_queue[jobs[ji].key.namespace.as_str()];
+    // Like jobs wait for the same reason: its text is written once.
+    let mut said: Option<(Shortfall, String)> = None;
+    let mut standings = BTreeMap::new();
+    for &ji in still {
+        let qi = queue_of[ji];
         let p = position.entry(qi).or_insert(0);
         *p += 1;
-        let reason = reasons
-            .remove(&ji)
-            .map(|r| r.to_string())
-            .unwrap_or_default();
-        out.pending.insert(
+        let reason = match reasons.remove(&ji) {
+            None => String::new(),
+            Some(r) => match &said {
+                Some((last, text)) if *last == r => text.clone(),
+                _ => {
+                    let text = r.to_string();
+                    said = Some((r, text.clone()));
+                    text
+                }
+            },
+        };
+        standings.insert(
             jobs[ji].key.clone(),
             standing(&queues[qi].name, *p, reason, etas.get(&ji).copied()),
         );
     }
-    summarize(&mut out, &state, world, &ns_queue, &still);
-    out
+    standings
 }
 
 /// How many waiting jobs ahead of a job are checked for preempting it at once
@@ -695,6 +749,8 @@ struct Pass<'a> {
     waiting: HashMap<(usize, u64), (usize, Progress, Shortfall)>,
     /// Whether `waiting` is used.
     like_jobs_once: bool,
+    /// Whether `reasons` are kept (for the standings).
+    standings: bool,
 }
 
 /// How far a pass has changed the cluster: jobs admitted, jobs preempted, blocked heads, and
@@ -735,6 +791,13 @@ fn same_shape(a: &JobInfo, b: &JobInfo) -> bool {
 }
 
 impl Pass<'_> {
+    /// Records why `jobs[ji]` waits, when the cycle gives standings.
+    fn note(&mut self, ji: usize, why: Shortfall) {
+        if self.standings {
+            self.reasons.insert(ji, why);
+        }
+    }
+
     fn progress(&self, out: &Cycle, borrow: bool) -> Progress {
         (
             out.admitted.len(),
@@ -834,7 +897,7 @@ impl Pass<'_> {
         if fit.borrowed > 0
             && let Some(lender) = self.lender_needing(state, qi, &fit.entry, job.demand())
         {
-            self.reasons.insert(
+            self.note(
                 ji,
                 Shortfall::LenderNeeds {
                     queue: queues[lender].name.clone(),
@@ -844,7 +907,7 @@ impl Pass<'_> {
             return None;
         }
         if let Some(h) = delays(&mut self.heads, jobs, queues, &queue.name, job, fit, now) {
-            self.reasons.insert(
+            self.note(
                 ji,
                 Shortfall::WouldDelay {
                     head: jobs[h].key.clone(),
@@ -854,7 +917,7 @@ impl Pass<'_> {
             return None;
         }
         if let Some(h) = self.preempted_at_once(state, qi, ji, fit) {
-            self.reasons.insert(
+            self.note(
                 ji,
                 Shortfall::WouldDelay {
                     head: jobs[h].key.clone(),
@@ -897,7 +960,7 @@ impl Pass<'_> {
         if let Some(&head) = self.blocked.get(&qi)
             && queue.strategy == QueueingStrategy::StrictFIFO
         {
-            self.reasons.insert(
+            self.note(
                 ji,
                 Shortfall::Behind {
                     head: jobs[head].key.clone(),
@@ -912,7 +975,9 @@ impl Pass<'_> {
             && same_shape(&jobs[*like], job)
             && self.blocked.contains_key(&qi)
         {
-            self.reasons.insert(ji, short.clone());
+            if self.standings {
+                self.reasons.insert(ji, short.clone());
+            }
             return None;
         }
         match state.fit_with(queue, job, borrow) {
@@ -974,7 +1039,7 @@ impl Pass<'_> {
                     let at = self.progress(out, borrow);
                     self.waiting.insert(shape, (ji, at, short.clone()));
                 }
-                self.reasons.insert(ji, short);
+                self.note(ji, short);
                 None
             }
         }

@@ -42,7 +42,7 @@ use gryvia_types::{GryviaAIJob, JobAdmission, PreemptionNotice, QueueStanding};
 use serde::{Deserialize, Serialize};
 
 pub use cycle::{
-    Admit, Cycle, Preempt, QueueSummary, cycle, cycle_deciding_every_job, expected_start,
+    Admit, Cycle, Preempt, QueueSummary, cycle, cycle_deciding_every_job, decide, expected_start,
 };
 pub use explain::Shortfall;
 pub use nodes::{
@@ -50,8 +50,9 @@ pub use nodes::{
 };
 pub use observe::{WhatIf, class_value, what_if, world_of};
 pub use write::{
-    ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, QUEUE_READY, QueueFields, STANDING_WRITES_PER_CYCLE,
-    job_writes, notice_annotation, queue_status, same_standing, within_budget,
+    ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, JobWrites, QUEUE_READY, QueueFields,
+    STANDING_WRITES_PER_CYCLE, job_writes, job_writes_within, notice_annotation, queue_status,
+    same_standing, within_budget,
 };
 
 use crate::Timestamp;
@@ -326,9 +327,9 @@ impl JobInfo {
     /// `class_value` is the value of its GryviaPriority class; `live` its live workers per
     /// node.
     pub fn of(job: &GryviaAIJob, class_value: i32, live: BTreeMap<String, u32>) -> Option<Self> {
-        let status = job.status.clone().unwrap_or_default();
+        let status = job.status.as_ref();
         if status
-            .phase
+            .and_then(|s| s.phase)
             .is_some_and(gryvia_types::JobPhase::is_finished)
         {
             return None;
@@ -337,10 +338,10 @@ impl JobInfo {
             Some(f) => Share::Fraction(f),
             None => Share::Gpus(u32::try_from(job.spec.gpus).unwrap_or(0)),
         };
-        let state = match (status.admission, status.preemption) {
-            (Some(a), Some(p)) => JobState::Preempting(a, p),
-            (Some(a), None) => JobState::Admitted(a),
-            (None, _) => JobState::Pending,
+        let state = match status.map(|s| (&s.admission, &s.preemption)) {
+            Some((Some(a), Some(p))) => JobState::Preempting(a.clone(), p.clone()),
+            Some((Some(a), None)) => JobState::Admitted(a.clone()),
+            Some((None, _)) | None => JobState::Pending,
         };
         Some(Self {
             key: JobKey::new(

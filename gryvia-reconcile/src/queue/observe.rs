@@ -1,6 +1,7 @@
 //! The cycle's world, read from the objects the controller watches: queues, jobs, priority
 //! classes, nodes and pods. Pure, so what-if tools and tests build it the same way.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
@@ -47,13 +48,13 @@ fn worker_of(pod: &impl PodView) -> Option<(&str, &str)> {
 /// gone); every node that advertises GPUs, with what pods other than admitted jobs' workers
 /// use there.
 pub fn world_of(
-    queues: &[GryviaQueue],
-    jobs: &[GryviaAIJob],
+    queues: &[impl Borrow<GryviaQueue>],
+    jobs: &[impl Borrow<GryviaAIJob>],
     priorities: &[GryviaPriority],
-    nodes: &[Node],
+    nodes: &[impl Borrow<Node>],
     pods: &[impl PodView],
 ) -> QueueWorld {
-    let queues: Vec<QueueInfo> = queues.iter().map(QueueInfo::of).collect();
+    let queues: Vec<QueueInfo> = queues.iter().map(|q| QueueInfo::of(q.borrow())).collect();
     let covered: BTreeSet<&str> = queues
         .iter()
         .flat_map(|q| q.namespaces.iter().map(String::as_str))
@@ -71,6 +72,7 @@ pub fn world_of(
     let mut infos = Vec::new();
     let mut admitted: BTreeSet<(&str, &str)> = BTreeSet::new();
     for job in jobs {
+        let job: &GryviaAIJob = job.borrow();
         let ns = job.metadata.namespace.as_deref().unwrap_or_default();
         let name = job.metadata.name.as_deref().unwrap_or_default();
         let holds = job.status.as_ref().is_some_and(|s| s.admission.is_some());
@@ -103,6 +105,7 @@ pub fn world_of(
     let nodes = nodes
         .iter()
         .map(|n| {
+            let n: &Node = n.borrow();
             let name = n.metadata.name.as_deref().unwrap_or_default();
             NodeCapacity::of(n, others.get(name).into_iter().flatten().copied())
         })

@@ -2,6 +2,7 @@
 //! `queue`), the notice on a victim's pods, each queue's status, and the Events that go with
 //! them. Pure: the controller compares, writes what differs and records the Events.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gryvia_types::conditions::{self, Status};
@@ -206,7 +207,49 @@ fn desired(
 /// The writes `cycle` calls for on `jobs` (every GryviaAIJob, with what the controller knows
 /// it wrote last folded in): each job whose queue fields change, in key order. A standing
 /// whose only change is an expected start within [`ETA_TOLERANCE_SECONDS`] is not written.
-pub fn job_writes(jobs: &[GryviaAIJob], cycle: &Cycle) -> Vec<JobWrite> {
+pub fn job_writes(jobs: &[impl Borrow<GryviaAIJob>], cycle: &Cycle) -> Vec<JobWrite> {
+    let mut out = job_writes_within(jobs, cycle, usize::MAX, |_| false).writes;
+    out.sort_by(|a, b| a.job.cmp(&b.job));
+    out
+}
+
+/// The writes of one cycle that go out now ([`job_writes_within`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobWrites {
+    /// Every decision (admission, preemption, release) in key order, then at most the
+    /// budget of standing-only writes, first in line first (as [`within_budget`] keeps them).
+    pub writes: Vec<JobWrite>,
+    /// Where in the jobs given each write's job is (`jobs[of[i]]` is `writes[i]`'s).
+    pub of: Vec<usize>,
+    /// Standing-only writes left out because the caller holds them back.
+    pub held_back: usize,
+}
+
+/// A job whose standing alone changes, as [`job_writes_within`] ranks it: jobs never told
+/// where they wait first, then by their new position.
+struct StandingChange<'a> {
+    /// It has a standing already.
+    told: bool,
+    position: i32,
+    key: JobKey,
+    wanted: Option<&'a QueueStanding>,
+    job: &'a GryviaAIJob,
+    index: usize,
+}
+
+/// What [`within_budget`] keeps of [`job_writes`] with `budget` standing-only writes (none
+/// after a cycle of decisions only: it has no standings to compare), without
+/// the standing-only writes of jobs `held_back` names (a job with a write in flight gets no
+/// new standing now; a decision is never held back: the caller orders it after the write in
+/// flight). Each job is read
+/// in place and only the writes returned are built: in a long queue every position moves at
+/// each admission ahead, and most of those changes wait for later cycles.
+pub fn job_writes_within(
+    jobs: &[impl Borrow<GryviaAIJob>],
+    cycle: &Cycle,
+    budget: usize,
+    held_back: impl Fn(&JobKey) -> bool,
+) -> JobWrites {
     let admitted: BTreeMap<&JobKey, &JobAdmission> = cycle
         .admitted
         .iter()
@@ -218,21 +261,49 @@ pub fn job_writes(jobs: &[GryviaAIJob], cycle: &Cycle) -> Vec<JobWrite> {
         .map(|p| (&p.job, &p.notice))
         .collect();
     let released: BTreeSet<&JobKey> = cycle.released.iter().collect();
-    let mut out = Vec::new();
-    for job in jobs {
+    let mut out = JobWrites::default();
+    let mut standings: Vec<StandingChange<'_>> = Vec::new();
+    let mut decisions: Vec<(JobWrite, usize)> = Vec::new();
+    for (index, job) in jobs.iter().enumerate() {
+        let job: &GryviaAIJob = job.borrow();
         let key = JobKey::new(
             job.metadata.namespace.clone().unwrap_or_default(),
             job.metadata.name.clone().unwrap_or_default(),
         );
-        let current = QueueFields::of(job);
-        let touched = !current.is_empty()
-            || admitted.contains_key(&key)
-            || preempted.contains_key(&key)
-            || released.contains(&key)
-            || cycle.pending.contains_key(&key);
-        if !touched {
+        let status = job.status.as_ref();
+        let decided =
+            admitted.contains_key(&key) || preempted.contains_key(&key) || released.contains(&key);
+        if !decided && cycle.decisions_only {
             continue;
         }
+        if !decided {
+            // Only the standing can change: kept while admitted, else the cycle's.
+            let now = status.and_then(|s| s.queue.as_ref());
+            let holds = status.is_some_and(|s| s.admission.is_some());
+            let wanted = if holds { None } else { cycle.pending.get(&key) };
+            let same = match (now, wanted) {
+                (None, None) => true,
+                (Some(a), Some(b)) => same_standing(a, b),
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            if held_back(&key) {
+                out.held_back += 1;
+                continue;
+            }
+            standings.push(StandingChange {
+                told: now.is_some(),
+                position: wanted.map_or(i32::MAX, |q| q.position),
+                key,
+                wanted,
+                job,
+                index,
+            });
+            continue;
+        }
+        let current = QueueFields::of(job);
         let (fields, event) = desired(&key, &current, cycle, &admitted, &preempted, &released);
         if fields.same_as(&current) {
             continue;
@@ -240,27 +311,73 @@ pub fn job_writes(jobs: &[GryviaAIJob], cycle: &Cycle) -> Vec<JobWrite> {
         let notice = preempted.get(&key).map(|n| notice_annotation(n));
         let decision =
             fields.admission != current.admission || fields.preemption != current.preemption;
-        out.push(JobWrite {
+        let write = JobWrite {
             job: key,
             first_standing: current.queue.is_none(),
             fields,
             notice,
             event,
             decision,
-        });
+        };
+        decisions.push((write, index));
     }
-    out.sort_by(|a, b| a.job.cmp(&b.job));
+    decisions.sort_by(|a, b| a.0.job.cmp(&b.0.job));
+    for (write, index) in decisions {
+        out.writes.push(write);
+        out.of.push(index);
+    }
+    for (write, index) in first_in_line(standings, budget) {
+        out.writes.push(write);
+        out.of.push(index);
+    }
     out
 }
 
+/// The writes of the first `budget` standing changes in line, in that order, with where
+/// each job is.
+fn first_in_line(mut standings: Vec<StandingChange<'_>>, budget: usize) -> Vec<(JobWrite, usize)> {
+    let order = |a: &StandingChange<'_>, b: &StandingChange<'_>| {
+        (a.told, a.position, &a.key).cmp(&(b.told, b.position, &b.key))
+    };
+    if standings.len() > budget {
+        if budget > 0 {
+            standings.select_nth_unstable_by(budget - 1, order);
+        }
+        standings.truncate(budget);
+    }
+    standings.sort_by(order);
+    standings
+        .into_iter()
+        .map(|change| {
+            let status = change.job.status.as_ref();
+            let write = JobWrite {
+                job: change.key,
+                first_standing: !change.told,
+                fields: QueueFields {
+                    admission: status.and_then(|s| s.admission.clone()),
+                    preemption: status.and_then(|s| s.preemption.clone()),
+                    queue: change.wanted.cloned(),
+                },
+                notice: None,
+                event: None,
+                decision: false,
+            };
+            (write, change.index)
+        })
+        .collect()
+}
+
 /// The status of `queue` after `cycle`, with its `Ready` condition (false while its
-/// configuration has a problem); `None` when its status would not change. The Event is
-/// for a problem that is new.
+/// configuration has a problem); `None` when its status would not change or the cycle made
+/// only decisions (it counted nothing). The Event is for a problem that is new.
 pub fn queue_status(
     queue: &GryviaQueue,
     cycle: &Cycle,
     now: Timestamp,
 ) -> Option<(GryviaQueueStatus, Option<JobEvent>)> {
+    if cycle.decisions_only {
+        return None;
+    }
     let name = queue.metadata.name.clone().unwrap_or_default();
     let current = queue.status.clone().unwrap_or_default();
     let summary = cycle.queues.get(&name).cloned().unwrap_or_default();
