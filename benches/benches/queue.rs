@@ -10,7 +10,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use gryvia_reconcile::queue::{
     JobInfo, JobKey, JobState, NodeCapacity, ONE_GPU, QueueInfo, QueueWorld, QuotaEntry, Share,
-    Slot, Used, cycle,
+    Slot, Used, cycle, decide,
 };
 use gryvia_types::scheduling::QueueingStrategy;
 
@@ -207,6 +207,9 @@ fn bench(c: &mut Criterion) {
     });
     let name = format!("cycle/kueue_baseline_{pending}_pending_{running}_running_30_queues");
     g.bench_function(&name, |b| b.iter(|| cycle(black_box(&w), now())));
+    // The cycles between full ones with a long queue: the same decisions, no standings.
+    let name = format!("decide/kueue_baseline_{pending}_pending_{running}_running_30_queues");
+    g.bench_function(&name, |b| b.iter(|| decide(black_box(&w), now())));
     g.finish();
 }
 

@@ -9,13 +9,21 @@
 //! its next admission, and the eviction is counted.
 //!
 //! Writes `wlStates.csv` in the columns of Kueue's runner (id, class name, namespace, name, ms
-//! to admitted, ms to finish, num evictions) and `summary.txt` (wall time, queue usage) into
+//! to admitted, ms to finish, num evictions; then ms from the start to its creation, for a
+//! timeline) and `summary.txt` (wall time, queue usage) into
 //! `--out`, so `benches/scheduler/run` reads both runners the same way.
 //!
 //!   native-scheduler-runner --config FILE --product PRODUCT --out DIR [--prefix P] [--timeout SECONDS]
 //!
 //! `--prefix` (default `nq`) starts the names of its namespaces, queues and cohorts, so two
 //! runs on one control plane do not share them.
+//!
+//! `--finish-by-pods` (for an operator that makes each admitted job's batch Job and pod) lets
+//! the jobs end as jobs do: each pod runs `runtimeMs` on its KWOK node and succeeds, and a job
+//! is finished when its status says `Succeeded` (the quota and the node room come back through
+//! the Job, the AI job controller and the queue); finished jobs are left in place. Without it, a
+//! pod would run on after its job is deleted and hold its node's GPUs until the garbage
+//! collector removes it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -105,7 +113,8 @@ fn arg(args: &[String], name: &str) -> Option<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: native-scheduler-runner --config FILE --product PRODUCT --out DIR [--prefix P] [--timeout SECONDS]";
+    let usage = "usage: native-scheduler-runner --config FILE --product PRODUCT --out DIR [--prefix P] [--timeout SECONDS] [--finish-by-pods]";
+    let by_pods = args.iter().any(|a| a == "--finish-by-pods");
     let prefix = arg(&args, "--prefix").unwrap_or_else(|| "nq".to_owned());
     let config_path = arg(&args, "--config").ok_or_else(|| anyhow::anyhow!(usage))?;
     let product = arg(&args, "--product").ok_or_else(|| anyhow::anyhow!(usage))?;
@@ -128,9 +137,9 @@ async fn main() -> anyhow::Result<()> {
         .sum();
     let start = Instant::now();
 
-    let watch = watch_admissions(client.clone(), records.clone());
+    let watch = watch_admissions(client.clone(), records.clone(), by_pods);
 
-    create_jobs(&client, streams, &records, &product).await?;
+    create_jobs(&client, streams, &records, &product, by_pods).await?;
     eprintln!(
         "created {total} jobs in {:.1} s",
         start.elapsed().as_secs_f64()
@@ -209,8 +218,13 @@ async fn create_queues(
     Ok((streams, nominal_total))
 }
 
-/// A watch of every job: each admitted job is finished (deleted) after its runtime.
-fn watch_admissions(client: kube::Client, records: Records) -> tokio::task::JoinHandle<()> {
+/// A watch of every job: each admitted job is finished (deleted) after its runtime, or with
+/// `by_pods` counted finished when its status says it succeeded.
+fn watch_admissions(
+    client: kube::Client,
+    records: Records,
+    by_pods: bool,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<GryviaAIJob> = Api::all(client.clone());
         let cfg = watcher::Config::default().labels(&format!("{LABEL}=true"));
@@ -222,6 +236,7 @@ fn watch_admissions(client: kube::Client, records: Records) -> tokio::task::Join
                 continue;
             };
             let status = job.status.as_ref();
+            let succeeded = status.and_then(|s| s.phase) == Some(gryvia_types::JobPhase::Succeeded);
             let runs = status.is_some_and(|s| s.admission.is_some() && s.preemption.is_none());
             let (runtime, admission) = {
                 let mut r = records
@@ -230,6 +245,28 @@ fn watch_admissions(client: kube::Client, records: Records) -> tokio::task::Join
                 let Some(rec) = r.get_mut(&(ns.clone(), name.clone())) else {
                     continue;
                 };
+                if by_pods {
+                    let now = Instant::now();
+                    if succeeded && rec.finished.is_none() {
+                        // Its admission may show only with the end (both seen in one event).
+                        let since = rec.running_since.take().unwrap_or(now);
+                        rec.admitted.get_or_insert(since);
+                        rec.held += f64::from(rec.request)
+                            * now.saturating_duration_since(since).as_secs_f64();
+                        rec.finished = Some(now);
+                    } else if runs && rec.running_since.is_none() && rec.finished.is_none() {
+                        rec.admitted.get_or_insert(now);
+                        rec.running_since = Some(now);
+                        rec.admissions += 1;
+                    } else if !runs
+                        && !succeeded
+                        && let Some(since) = rec.running_since.take()
+                    {
+                        rec.held += f64::from(rec.request) * since.elapsed().as_secs_f64();
+                        rec.evictions += 1;
+                    }
+                    continue;
+                }
                 match (runs, rec.running_since) {
                     (true, None) if rec.finished.is_none() => {
                         let now = Instant::now();
@@ -287,6 +324,7 @@ async fn create_jobs(
     streams: Vec<(String, usize, WorkloadSet)>,
     records: &Records,
     product: &str,
+    by_pods: bool,
 ) -> anyhow::Result<()> {
     let mut creators = Vec::new();
     for (ns, si, set) in streams {
@@ -298,6 +336,12 @@ async fn create_jobs(
             for k in 0..set.count {
                 for w in &set.workloads {
                     let name = format!("{}-{si}-{k}", w.class_name);
+                    // KWOK keeps the pod running this long (a Go duration), then it succeeds.
+                    let duration = if by_pods {
+                        format!("{}ms", w.runtime_ms)
+                    } else {
+                        "3600s".to_owned()
+                    };
                     let job: GryviaAIJob = serde_json::from_value(json!({
                         "metadata": {"name": name, "namespace": ns, "labels": {LABEL: "true"}},
                         "spec": {
@@ -305,7 +349,7 @@ async fn create_jobs(
                             "gpuType": product,
                             // Kueue's priorities (50, 100, 200) in spec.priority's 0-100.
                             "priority": (w.priority / 2).clamp(0, 100),
-                            "podAnnotations": {"gryvia.io/testenv-duration": "3600s"},
+                            "podAnnotations": {"gryvia.io/testenv-duration": duration},
                         }
                     }))
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -352,19 +396,21 @@ fn report(
         (Some(a), Some(b)) => b.saturating_duration_since(a).as_millis().to_string(),
         _ => String::new(),
     };
-    let mut csv =
-        String::from("id,class name,namespace,name,ms to admitted,ms to finish,num evictions\n");
+    let mut csv = String::from(
+        "id,class name,namespace,name,ms to admitted,ms to finish,num evictions,ms to created\n",
+    );
     let mut used: f64 = 0.0;
     let mut last = start;
     let mut first = None::<Instant>;
     for (i, ((_, name), r)) in records.iter().enumerate() {
         csv.push_str(&format!(
-            "{i},{},{},{name},{},{},{}\n",
+            "{i},{},{},{name},{},{},{},{}\n",
             r.class,
             r.namespace,
             ms(r.created, r.admitted),
             ms(r.created, r.finished),
-            r.evictions
+            r.evictions,
+            ms(Some(start), r.created),
         ));
         used += r.held;
         if let Some(f) = r.finished {
