@@ -4,8 +4,8 @@
 //! priorities of unfinished jobs (policy: `gryvia_reconcile::kueue`). The AI job controller
 //! submits each job's batch Job to its namespace's LocalQueue and reads Kueue's Workload back.
 //!
-//! One cycle decides about the whole set (at once after a quiet spell, changes during cycles
-//! taken together, [`PACE`] at most between them; at least every [`RESYNC`]): objects that differ from what the world asks for are applied with
+//! One cycle decides about the whole set (at once after a quiet spell, changes during busy
+//! times taken together, one cycle per [`PACE`] at most; at least every [`RESYNC`]): objects that differ from what the world asks for are applied with
 //! server-side apply under [`FIELD_MANAGER`], objects labelled as Gryvia's that it no longer
 //! asks for are deleted. A LocalQueue whose ClusterQueue changes is deleted and made anew
 //! (Kueue does not let it move).
@@ -36,7 +36,8 @@ use crate::runtime::spec_or_lifecycle;
 
 /// Field manager of the Kueue integration.
 pub const FIELD_MANAGER: &str = "gryvia-kueue";
-/// The longest pause between cycles run back to back ([`super::cycles`]).
+/// At most one cycle starts per this long (plus the cycle's own time); a change after a
+/// quiet spell starts one at once ([`super::cycles`]).
 pub const PACE: Duration = Duration::from_millis(200);
 /// A cycle runs at least this often (and repairs what someone else changed).
 pub const RESYNC: Duration = Duration::from_secs(30);

@@ -175,10 +175,10 @@ pub fn managed_selector() -> String {
 
 /// Runs `cycle` for a controller that decides about a whole set at once (the queue
 /// scheduler, the Kueue integration): whenever `triggers` fire and at least every `resync`.
-/// A change after a quiet spell is decided at once; changes that come while cycles run back
-/// to back are taken together, the next cycle starting [`pause_before`] (as long as the last
-/// cycle took, at most `pace`) after the last ended, so a busy controller leaves the CPU
-/// to the API server half the time. A failed cycle is counted in the error metric and retried
+/// A change after a quiet spell (no cycle ended within `pace`) is decided at once; changes
+/// that come while cycles run are taken together, the next cycle starting `pace` after the
+/// last ended ([`pause_before`]), so a busy controller runs at most one cycle per `pace` plus
+/// its own time. A failed cycle is counted in the error metric and retried
 /// after a doubling back-off ([`backoff`]), never in a hot loop. The triggers are drained on
 /// their own, so a long cycle never holds the reflectors (and every other controller's
 /// caches) back.
@@ -203,22 +203,18 @@ where
         });
         let run = async move {
             let mut failures: u32 = 0;
-            let mut last: Option<LastCycle> = None;
+            let mut last_end: Option<std::time::Instant> = None;
             loop {
                 tokio::select! {
                     () = wake.notified() => {}
                     () = tokio::time::sleep(resync) => {}
                 }
-                let pause = pause_before(last.as_ref(), pace, std::time::Instant::now());
+                let pause = pause_before(last_end, pace, std::time::Instant::now());
                 if !pause.is_zero() {
                     tokio::time::sleep(pause).await;
                 }
-                let started = std::time::Instant::now();
                 let result = cycle().await;
-                last = Some(LastCycle {
-                    ended: std::time::Instant::now(),
-                    took: started.elapsed(),
-                });
+                last_end = Some(std::time::Instant::now());
                 match result {
                     Ok(()) => failures = 0,
                     Err(e) => {
@@ -245,23 +241,16 @@ where
     })
 }
 
-/// When the last cycle ended and how long it took.
-#[derive(Clone, Copy, Debug)]
-pub struct LastCycle {
-    /// When it ended.
-    pub ended: std::time::Instant,
-    /// How long it ran.
-    pub took: Duration,
-}
-
 /// How long a woken cycle waits at `now`: nothing after a quiet spell (the last cycle ended
-/// at least as long ago as it took, or `pace`); else until that long after the last ended.
-pub fn pause_before(last: Option<&LastCycle>, pace: Duration, now: std::time::Instant) -> Duration {
-    let Some(last) = last else {
-        return Duration::ZERO;
-    };
-    let gap = last.took.min(pace);
-    gap.saturating_sub(now.saturating_duration_since(last.ended))
+/// `pace` or longer ago, or none ran yet); else until `pace` after the last ended.
+pub fn pause_before(
+    last_end: Option<std::time::Instant>,
+    pace: Duration,
+    now: std::time::Instant,
+) -> Duration {
+    last_end.map_or(Duration::ZERO, |ended| {
+        pace.saturating_sub(now.saturating_duration_since(ended))
+    })
 }
 
 /// Wait after `failures` failed cycles in a row: doubling from 500 ms up to a minute, at
@@ -276,7 +265,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cycle_after_a_quiet_spell_starts_at_once_and_back_to_back_ones_are_paced() {
+    fn a_cycle_after_a_quiet_spell_starts_at_once_and_busy_ones_are_paced() {
         let pace = Duration::from_millis(50);
         let t0 = std::time::Instant::now();
         assert_eq!(
@@ -284,28 +273,15 @@ mod tests {
             Duration::ZERO,
             "the first cycle"
         );
-        let short = LastCycle {
-            ended: t0,
-            took: Duration::from_millis(4),
-        };
         assert_eq!(
-            pause_before(Some(&short), pace, t0 + Duration::from_millis(1)),
-            Duration::from_millis(3),
-            "as long as the last took"
-        );
-        assert_eq!(
-            pause_before(Some(&short), pace, t0 + Duration::from_millis(9)),
-            Duration::ZERO,
-            "quiet for longer than the last took"
-        );
-        let long = LastCycle {
-            ended: t0,
-            took: Duration::from_millis(400),
-        };
-        assert_eq!(
-            pause_before(Some(&long), pace, t0 + Duration::from_millis(10)),
+            pause_before(Some(t0), pace, t0 + Duration::from_millis(10)),
             Duration::from_millis(40),
-            "never more than the pace"
+            "a change 10 ms after the last cycle ended waits for the pace"
+        );
+        assert_eq!(
+            pause_before(Some(t0), pace, t0 + Duration::from_millis(80)),
+            Duration::ZERO,
+            "after a quiet spell, at once"
         );
     }
 

@@ -3,9 +3,9 @@
 //! `gryvia_reconcile::queue`), not one reconcile per job racing the others.
 //!
 //! Any change that can move a decision (a queue, a job's spec or admission, a priority tier,
-//! a node's GPUs or health, a pod bound or gone) wakes it: at once after a quiet spell; changes
-//! during cycles are taken together, the next cycle pausing as long as the last took (at most
-//! [`PACE`]); and a cycle also runs every [`RESYNC`]. A cycle reads the operator's
+//! a node's GPUs or health, a pod bound or gone) wakes it: at once after a quiet spell;
+//! changes during busy times are taken together, one cycle per [`PACE`] at most (plus its own
+//! time); and a cycle also runs every [`RESYNC`]. A cycle reads the operator's
 //! caches, decides, and writes with server-side apply under its own field manager
 //! ([`FIELD_MANAGER`]): each changed job's `status.admission`, `status.preemption` and
 //! `status.queue` (the AI job controller never writes those), the notice annotation on a
@@ -42,7 +42,8 @@ use crate::runtime::spec_or_lifecycle;
 /// Field manager and event reporter of the queue scheduler.
 pub const FIELD_MANAGER: &str = "gryvia-queue";
 
-/// The longest pause between cycles run back to back ([`super::cycles`]).
+/// At most one cycle starts per this long (plus the cycle's own time); a change after a
+/// quiet spell starts one at once ([`super::cycles`]).
 pub const PACE: Duration = Duration::from_millis(50);
 
 /// A cycle runs at least this often (expected starts move with time; deletions wake no one).
