@@ -102,6 +102,24 @@ struct Record {
     request: i32,
 }
 
+impl Record {
+    /// An admission starts its run at `now` (the first one is its time to admission).
+    fn start(&mut self, now: Instant) {
+        self.admitted.get_or_insert(now);
+        self.running_since = Some(now);
+        self.admissions += 1;
+    }
+
+    /// Its run stops at `now`: what it held counts. Whether it was running.
+    fn stop(&mut self, now: Instant) -> bool {
+        let Some(since) = self.running_since.take() else {
+            return false;
+        };
+        self.held += f64::from(self.request) * now.saturating_duration_since(since).as_secs_f64();
+        true
+    }
+}
+
 type Records = Arc<Mutex<HashMap<(String, String), Record>>>;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -249,36 +267,24 @@ fn watch_admissions(
                     let now = Instant::now();
                     if succeeded && rec.finished.is_none() {
                         // Its admission may show only with the end (both seen in one event).
-                        let since = rec.running_since.take().unwrap_or(now);
-                        rec.admitted.get_or_insert(since);
-                        rec.held += f64::from(rec.request)
-                            * now.saturating_duration_since(since).as_secs_f64();
+                        rec.admitted.get_or_insert(now);
+                        rec.stop(now);
                         rec.finished = Some(now);
                     } else if runs && rec.running_since.is_none() && rec.finished.is_none() {
-                        rec.admitted.get_or_insert(now);
-                        rec.running_since = Some(now);
-                        rec.admissions += 1;
-                    } else if !runs
-                        && !succeeded
-                        && let Some(since) = rec.running_since.take()
-                    {
-                        rec.held += f64::from(rec.request) * since.elapsed().as_secs_f64();
+                        rec.start(now);
+                    } else if !runs && !succeeded && rec.stop(now) {
                         rec.evictions += 1;
                     }
                     continue;
                 }
                 match (runs, rec.running_since) {
                     (true, None) if rec.finished.is_none() => {
-                        let now = Instant::now();
-                        rec.admitted.get_or_insert(now);
-                        rec.running_since = Some(now);
-                        rec.admissions += 1;
+                        rec.start(Instant::now());
                         (rec.runtime, rec.admissions)
                     }
-                    (false, Some(since)) => {
+                    (false, Some(_)) => {
                         // Preempted: what it held so far counts, its runtime starts again.
-                        rec.held += f64::from(rec.request) * since.elapsed().as_secs_f64();
-                        rec.running_since = None;
+                        rec.stop(Instant::now());
                         rec.evictions += 1;
                         continue;
                     }
@@ -307,10 +313,7 @@ fn watch_admissions(
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(rec) = r.get_mut(&(ns, name)) {
                     let now = Instant::now();
-                    if let Some(since) = rec.running_since.take() {
-                        rec.held += f64::from(rec.request)
-                            * now.saturating_duration_since(since).as_secs_f64();
-                    }
+                    rec.stop(now);
                     rec.finished = Some(now);
                 }
             });

@@ -652,7 +652,7 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool, standings: bool
         reasons,
         now,
     );
-    summarize(&mut out, &state, world, &ns_queue, &still);
+    summarize(&mut out, &state, world, &queue_of, &still);
     out
 }
 
@@ -1420,7 +1420,7 @@ fn summarize(
     out: &mut Cycle,
     state: &State,
     world: &QueueWorld,
-    ns_queue: &BTreeMap<&str, usize>,
+    queue_of: &[usize],
     still: &[usize],
 ) {
     for q in &world.queues {
@@ -1433,8 +1433,7 @@ fn summarize(
         );
     }
     for &ji in still {
-        let qi = ns_queue[world.jobs[ji].key.namespace.as_str()];
-        if let Some(s) = out.queues.get_mut(&world.queues[qi].name) {
+        if let Some(s) = out.queues.get_mut(&world.queues[queue_of[ji]].name) {
             s.pending += 1;
         }
     }

@@ -55,12 +55,29 @@ impl QueueFields {
     pub fn same_as(&self, other: &Self) -> bool {
         self.admission == other.admission
             && self.preemption == other.preemption
-            && match (&self.queue, &other.queue) {
-                (None, None) => true,
-                (Some(a), Some(b)) => same_standing(a, b),
-                _ => false,
-            }
+            && same_queue(self.queue.as_ref(), other.queue.as_ref())
     }
+}
+
+/// Whether two `status.queue` values say the same ([`same_standing`] when both are set).
+fn same_queue(a: Option<&QueueStanding>, b: Option<&QueueStanding>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => same_standing(a, b),
+        _ => false,
+    }
+}
+
+/// The standing a job keeps after `cycle` when no decision touches it: none while it holds an
+/// admission, else the cycle's.
+fn standing_after<'a>(holds: bool, cycle: &'a Cycle, key: &JobKey) -> Option<&'a QueueStanding> {
+    if holds { None } else { cycle.pending.get(key) }
+}
+
+/// Where a standing-only write stands in line: jobs never told where they wait first, then
+/// by their new position (none: last).
+fn line_rank(first_standing: bool, standing: Option<&QueueStanding>) -> (bool, i32) {
+    (!first_standing, standing.map_or(i32::MAX, |q| q.position))
 }
 
 /// Whether two standings say the same (expected starts within [`ETA_TOLERANCE_SECONDS`]).
@@ -118,13 +135,13 @@ pub const STANDING_WRITES_PER_CYCLE: usize = 64;
 
 /// `writes` in the order they are made: every decision first, then at most `budget`
 /// standing-only writes, jobs never told where they wait first, then the heads of the queues
-/// (by position).
+/// (by position). The whole-list form of the rule: [`job_writes_within`] picks the same writes
+/// without building the others.
 pub fn within_budget(mut writes: Vec<JobWrite>, budget: usize) -> Vec<JobWrite> {
     writes.sort_by_key(|w| {
         (
             !w.decision,
-            !w.first_standing,
-            w.fields.queue.as_ref().map_or(i32::MAX, |q| q.position),
+            line_rank(w.first_standing, w.fields.queue.as_ref()),
         )
     });
     let decisions = writes.iter().filter(|w| w.decision).count();
@@ -195,11 +212,7 @@ fn desired(
     let fields = QueueFields {
         admission: current.admission.clone(),
         preemption: current.preemption.clone(),
-        queue: if current.admission.is_some() {
-            None
-        } else {
-            standing
-        },
+        queue: standing_after(current.admission.is_some(), cycle, key).cloned(),
     };
     (fields, None)
 }
@@ -225,12 +238,11 @@ pub struct JobWrites {
     pub held_back: usize,
 }
 
-/// A job whose standing alone changes, as [`job_writes_within`] ranks it: jobs never told
-/// where they wait first, then by their new position.
+/// A job whose standing alone changes, as [`job_writes_within`] ranks it ([`line_rank`], then
+/// by key).
 struct StandingChange<'a> {
-    /// It has a standing already.
-    told: bool,
-    position: i32,
+    /// It has no standing yet.
+    first: bool,
     key: JobKey,
     wanted: Option<&'a QueueStanding>,
     job: &'a GryviaAIJob,
@@ -277,16 +289,11 @@ pub fn job_writes_within(
             continue;
         }
         if !decided {
-            // Only the standing can change: kept while admitted, else the cycle's.
+            // Only the standing can change.
             let now = status.and_then(|s| s.queue.as_ref());
             let holds = status.is_some_and(|s| s.admission.is_some());
-            let wanted = if holds { None } else { cycle.pending.get(&key) };
-            let same = match (now, wanted) {
-                (None, None) => true,
-                (Some(a), Some(b)) => same_standing(a, b),
-                _ => false,
-            };
-            if same {
+            let wanted = standing_after(holds, cycle, &key);
+            if same_queue(now, wanted) {
                 continue;
             }
             if held_back(&key) {
@@ -294,8 +301,7 @@ pub fn job_writes_within(
                 continue;
             }
             standings.push(StandingChange {
-                told: now.is_some(),
-                position: wanted.map_or(i32::MAX, |q| q.position),
+                first: now.is_none(),
                 key,
                 wanted,
                 job,
@@ -337,7 +343,7 @@ pub fn job_writes_within(
 /// each job is.
 fn first_in_line(mut standings: Vec<StandingChange<'_>>, budget: usize) -> Vec<(JobWrite, usize)> {
     let order = |a: &StandingChange<'_>, b: &StandingChange<'_>| {
-        (a.told, a.position, &a.key).cmp(&(b.told, b.position, &b.key))
+        (line_rank(a.first, a.wanted), &a.key).cmp(&(line_rank(b.first, b.wanted), &b.key))
     };
     if standings.len() > budget {
         if budget > 0 {
@@ -352,7 +358,7 @@ fn first_in_line(mut standings: Vec<StandingChange<'_>>, budget: usize) -> Vec<(
             let status = change.job.status.as_ref();
             let write = JobWrite {
                 job: change.key,
-                first_standing: !change.told,
+                first_standing: change.first,
                 fields: QueueFields {
                     admission: status.and_then(|s| s.admission.clone()),
                     preemption: status.and_then(|s| s.preemption.clone()),
