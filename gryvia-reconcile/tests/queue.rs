@@ -1111,3 +1111,52 @@ fn decisions_are_written_first_and_standings_within_a_budget_heads_and_new_jobs_
     // Every decision, then two standings: the new job's, then the head's.
     assert_eq!(kept, vec!["admit", "preempt", "new-7", "moved-2"]);
 }
+
+#[test]
+fn a_job_that_would_preempt_only_to_delay_a_head_holds_back_no_lower_job() {
+    let mut q = queue("ml", 10);
+    q.strategy = QueueingStrategy::BestEffortFIFO;
+    q.preempt_lower_priority = true;
+    let with = |name: &str, workers: u32, gpus: u32, priority: i32, seconds: Option<i64>| {
+        let mut j = job("ml", name, workers, gpus, 10);
+        j.priority = priority;
+        j.expected_seconds = seconds;
+        j
+    };
+    let mut w = world(
+        vec![q],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![
+            with("first", 2, 2, 90, Some(4_000)),
+            // Blocked by quota until `first` ends.
+            with("head", 2, 4, 80, None),
+            // Fits beside `head` once `first` ends.
+            with("small", 1, 2, 79, None),
+            // Would run past the head's start and leave it no room.
+            with("one", 1, 1, 70, None),
+            // Ends before the head's start and fills the quota: `one` could make room by
+            // preempting it, but would still delay the head, so it will not.
+            with("mid", 2, 2, 40, Some(600)),
+            with("low", 1, 1, 0, Some(600)),
+        ],
+    );
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), ["first", "small", "mid"]);
+    assert_eq!(
+        reason(&c, "ml", "one"),
+        "fits, but would delay the expected start of ml/head"
+    );
+    assert_eq!(
+        reason(&c, "ml", "low"),
+        "needs 1 GPU of NVIDIA-H100-80GB-HBM3; queue ml has 0 of 10 nominal free"
+    );
+    apply(&mut w, &c);
+    // The next cycle preempts nothing: `one` waits for room it may not take by preempting.
+    let c = cycle(&w, now());
+    assert!(c.preempted.is_empty(), "{:?}", c.preempted);
+    assert_eq!(admitted(&c), Vec::<String>::new());
+    assert_eq!(
+        reason(&c, "ml", "one"),
+        "needs 1 GPU of NVIDIA-H100-80GB-HBM3; queue ml has 0 of 10 nominal free"
+    );
+}

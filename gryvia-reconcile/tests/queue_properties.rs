@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use gryvia_reconcile::queue::{
-    Cycle, JobInfo, JobKey, JobState, Milli, NodeCapacity, ONE_GPU, QueueInfo, QueueWorld,
-    QuotaEntry, Share, Slot, Unavailable, Used, cycle, cycle_deciding_every_job, decide,
-    expected_start,
+    Cycle, JobInfo, JobKey, JobState, Milli, NodeCapacity, ONE_GPU, PREEMPTION_LOOKBACK, QueueInfo,
+    QueueWorld, QuotaEntry, Share, Shortfall, Slot, Unavailable, Used, cycle,
+    cycle_deciding_every_job, decide, expected_start,
 };
 use gryvia_reconcile::queue::{job_writes, job_writes_within, within_budget};
 use gryvia_types::GryviaAIJob;
@@ -396,16 +396,58 @@ proptest! {
     }
 
     /// What a cycle wrote stands: the next one (an operator restart, say) preempts none of
-    /// it for a job of the same queue. (It may admit a job the first held back to protect a
-    /// head, when the first's admissions changed where that job would go: a new decision, not
-    /// a repeat. And a lender may reclaim quota lent in the first cycle when the borrower's
+    /// it for a job of the same queue that waited only for room. (A job the first held back
+    /// for another reason decides anew in the second, once the first's later admissions
+    /// changed what it meets: held back to protect a head's expected start, it may then fit
+    /// beside the head only by preempting; held back because borrowing would take what a
+    /// lender's job needed, it may borrow once the lender's own admissions leave that job
+    /// needing more than is free. A job further back than the first `PREEMPTION_LOOKBACK`
+    /// waiting jobs ranked above the one it preempts was not weighed when that one was
+    /// admitted. And a lender may reclaim quota lent in the first cycle when the borrower's
     /// admission left its own job without node room: borrowed quota is on loan.)
     #[test]
     fn a_second_cycle_over_what_the_first_wrote_preempts_none_of_it(mut w in world(4)) {
         let c1 = cycle(&w, now());
+        let not_for_room: Vec<String> = w
+            .queues
+            .iter()
+            .map(|q| Shortfall::LenderNeeds { queue: q.name.clone() })
+            .chain(w.jobs.iter().map(|j| Shortfall::WouldDelay { head: j.key.clone() }))
+            .map(|s| s.to_string())
+            .collect();
+        let held_back = |by: &str| {
+            c1.pending
+                .iter()
+                .any(|(k, s)| k.to_string() == by && not_for_room.contains(&s.reason))
+        };
+        // The waiting jobs the first cycle weighed before admitting `victim`.
+        let first = w.clone();
+        let weighed = |victim: &JobKey, by: &str| {
+            let v = first.jobs.iter().find(|j| j.key == *victim).unwrap();
+            let mut ahead: Vec<&JobInfo> = first
+                .jobs
+                .iter()
+                .filter(|j| {
+                    j.key.namespace == v.key.namespace
+                        && c1.pending.contains_key(&j.key)
+                        && j.order_key() < v.order_key()
+                        && v.ranks_below(j)
+                })
+                .collect();
+            ahead.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+            ahead.iter().take(PREEMPTION_LOOKBACK).any(|j| j.key.to_string() == by)
+        };
         apply(&mut w, &c1, false);
         let c2 = cycle(&w, now());
-        let within: Vec<_> = c2.preempted.iter().filter(|p| p.notice.reason == "WithinQueue").collect();
+        let within: Vec<_> = c2
+            .preempted
+            .iter()
+            .filter(|p| {
+                p.notice.reason == "WithinQueue"
+                    && !held_back(&p.notice.by)
+                    && weighed(&p.job, &p.notice.by)
+            })
+            .collect();
         prop_assert!(within.is_empty(), "preempted what was just admitted: {:?}", within);
         apply(&mut w, &c2, false);
         check_holds(&w)?;

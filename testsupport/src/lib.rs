@@ -735,10 +735,13 @@ impl Drop for ServiceAccountAccess {
 }
 
 /// A binary under test started against the test control plane (`KUBECONFIG` set), its
-/// standard error in `target/e2e-logs/<log_name>.log`; killed (SIGKILL) on drop.
+/// standard error in `target/e2e-logs/<log_name>.log`; killed (SIGKILL) on drop, and when
+/// dropped by a failing test, the end of its log and whether it had exited are printed with
+/// the failure.
 #[derive(Debug)]
 pub struct Process {
     child: std::process::Child,
+    log: PathBuf,
 }
 
 impl Process {
@@ -759,7 +762,8 @@ impl Process {
         };
         let dir = repo_root().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let log = std::fs::File::create(dir.join(format!("{log_name}.log")))
+        let log_path = dir.join(format!("{log_name}.log"));
+        let log = std::fs::File::create(&log_path)
             .with_context(|| format!("create the log of {log_name}"))?;
         let child = Command::new(binary)
             .args(args)
@@ -772,7 +776,10 @@ impl Process {
             .stderr(log)
             .spawn()
             .with_context(|| format!("start {binary}"))?;
-        Ok(Process { child })
+        Ok(Process {
+            child,
+            log: log_path,
+        })
     }
 
     /// Starts a Gryvia operator `binary` the way the e2e tests run it: its `/metrics` on a free
@@ -811,8 +818,28 @@ impl Process {
     }
 }
 
+/// How many lines of a process's log a failing test prints.
+const LOG_TAIL_LINES: usize = 40;
+
 impl Drop for Process {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = match self.child.try_wait() {
+                Ok(Some(status)) => format!("exited: {status}"),
+                Ok(None) => "still running".to_owned(),
+                Err(e) => format!("state unknown: {e}"),
+            };
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!(
+                "--- {} ({state}), its last {} lines ---",
+                self.log.display(),
+                LOG_TAIL_LINES.min(lines.len())
+            );
+            for line in &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..] {
+                eprintln!("{line}");
+            }
+        }
         self.kill();
     }
 }

@@ -11,12 +11,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use gryvia_testsupport::{
     KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace,
-    unique, wait_for,
+    free_port, unique, wait_for,
 };
 use gryvia_types::{FailureClass, GryviaAIJob, GryviaPriority, GryviaTemplate, JobPhase};
 use k8s_openapi::api::batch::v1::Job;
@@ -27,7 +26,6 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, 
 use serde_json::{Value, json};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-static PORT: AtomicU16 = AtomicU16::new(18380);
 
 struct Setup {
     client: kube::Client,
@@ -64,7 +62,7 @@ impl Setup {
         label: Option<(&str, &str)>,
         more: &[&str],
     ) -> Option<(Setup, WebhookCleanup)> {
-        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let hook_name = unique("gryvia-e2e");
         let mut args = vec![
@@ -108,7 +106,7 @@ impl Setup {
                 .await
                 .unwrap();
         }
-        let port = PORT.fetch_add(1, Ordering::SeqCst);
+        let port = free_port();
         let selector = format!("kubernetes.io/metadata.name={}", ns.name);
         let mut args: Vec<String> = vec![
             "--metrics-addr".into(),

@@ -708,9 +708,10 @@ fn standings_of(
     standings
 }
 
-/// How many waiting jobs ahead of a job are checked for preempting it at once
-/// ([`Pass::preempted_at_once`]).
-const PREEMPTION_LOOKBACK: usize = 4;
+/// How many waiting jobs ahead of a job, ranked above it, are checked for preempting it at
+/// once before it is admitted (`Pass::preempted_at_once`): a job further back that could
+/// preempt it is left to do so in the next cycle.
+pub const PREEMPTION_LOOKBACK: usize = 4;
 
 /// What became of a job in a pass.
 enum Step {
@@ -826,17 +827,21 @@ impl Pass<'_> {
     }
 
     /// In a queue that preempts by priority, a job ahead of `jobs[ji]` left waiting in this
-    /// cycle that could make room for itself by preempting `jobs[ji]` once admitted (with the
-    /// queue's other lower-priority jobs): admitting it now would only have it preempted
-    /// next cycle. The first [`PREEMPTION_LOOKBACK`] such jobs are checked.
+    /// cycle that, were `jobs[ji]` admitted with `fit`, would preempt it next cycle (with the
+    /// queue's other lower-priority jobs), or a job of the queue admitted before it in this
+    /// cycle that it would leave no room beside: admitting it now would only start a job to
+    /// stop one. The first [`PREEMPTION_LOOKBACK`] such jobs are checked, each as the next
+    /// cycle would: its victims chosen, then allowed only when it would neither borrow what a
+    /// lender needs nor delay a blocked head.
     fn preempted_at_once(
-        &self,
+        &mut self,
         state: &mut State,
         qi: usize,
         ji: usize,
         fit: &Fit,
     ) -> Option<usize> {
-        let (jobs, queue) = (self.jobs, &self.queues[qi]);
+        let (jobs, queues, now) = (self.jobs, self.queues, self.now);
+        let queue = &queues[qi];
         if !queue.preempt_lower_priority || !self.blocked.contains_key(&qi) {
             return None;
         }
@@ -853,7 +858,16 @@ impl Pass<'_> {
         if ahead.is_empty() {
             return None;
         }
-        let a = state.admit(&queue.name, job, fit, self.now);
+        // Admitted on `state` and in every head's picture it would still run in, as
+        // `try_admit` would; all taken back before returning.
+        let a = state.admit(&queue.name, job, fit, now);
+        let end = simulate::release_at(job, &a, false, now);
+        let runs_past: Vec<usize> = (0..self.heads.len())
+            .filter(|&i| end.is_none_or(|e| e > self.heads[i].eta))
+            .collect();
+        for &i in &runs_past {
+            self.heads[i].then.hold(job, &a);
+        }
         let mut found = None;
         for h in ahead {
             let head = &jobs[h];
@@ -866,16 +880,38 @@ impl Pass<'_> {
                 head,
                 Some(&self.admitted),
             );
-            candidates.push((ji, &a, false));
-            let chosen = choose_victims(state, &candidates, jobs, queue, head);
-            let hit = chosen.as_ref().is_some_and(|c| c.iter().any(|v| v.0 == ji));
-            for (vi, va, _) in chosen.into_iter().flatten() {
+            // In its place in line, as the next cycle will list it.
+            let at = candidates.partition_point(|c| {
+                victim_order(jobs, c, &(ji, &a, false)) == std::cmp::Ordering::Less
+            });
+            candidates.insert(at, (ji, &a, false));
+            let Some(chosen) = choose_victims(state, &candidates, jobs, queue, head) else {
+                continue;
+            };
+            let hit = chosen
+                .iter()
+                .any(|v| v.0 == ji || (!v.2 && self.admitted.contains(&v.0)))
+                && victims_allowed(
+                    state,
+                    &mut self.heads,
+                    &chosen,
+                    (&self.pending, &self.admitted),
+                    jobs,
+                    queues,
+                    qi,
+                    h,
+                    now,
+                );
+            for (vi, va, _) in chosen {
                 state.hold(&jobs[vi], va);
             }
             if hit {
                 found = Some(h);
                 break;
             }
+        }
+        for &i in &runs_past {
+            self.heads[i].then.unhold(job, &a);
         }
         state.unhold(job, &a);
         found
@@ -919,8 +955,8 @@ impl Pass<'_> {
         if let Some(h) = self.preempted_at_once(state, qi, ji, fit) {
             self.note(
                 ji,
-                Shortfall::WouldDelay {
-                    head: jobs[h].key.clone(),
+                Shortfall::PreemptedAtOnce {
+                    by: jobs[h].key.clone(),
                 },
             );
             return None;
@@ -997,21 +1033,7 @@ impl Pass<'_> {
                 Some(Step::Deferred)
             }
             Err(short) => {
-                let short = preempt_for(
-                    state,
-                    out,
-                    &mut self.victims_now,
-                    &self.running,
-                    &mut self.heads,
-                    (&self.pending, &self.admitted),
-                    &mut self.no_room,
-                    jobs,
-                    queues,
-                    qi,
-                    ji,
-                    now,
-                )
-                .unwrap_or(short);
+                let short = self.preempt_for(state, out, qi, ji).unwrap_or(short);
                 let first_blocked = !self.blocked.contains_key(&qi);
                 self.blocked.entry(qi).or_insert(ji);
                 let waits_for_time = !matches!(short, Shortfall::NoQuotaEntry { .. });
@@ -1313,98 +1335,164 @@ fn victim_candidates<'a>(
             }
         })
         .collect();
-    candidates.sort_by(|a, b| {
-        let (va, vb) = (&jobs[a.0], &jobs[b.0]);
-        (va.class_value, va.priority)
-            .cmp(&(vb.class_value, vb.priority))
-            .then_with(|| b.1.admitted_at.0.cmp(&a.1.admitted_at.0))
-            .then_with(|| vb.created.cmp(&va.created))
-            .then_with(|| va.key.cmp(&vb.key))
-    });
+    candidates.sort_by(|a, b| victim_order(jobs, a, b));
     candidates
 }
 
-/// Tries to make room for `jobs[ji]` of `queues[qi]` by preemption; the shortfall to report
-/// when it does (or when jobs preempted earlier will make room), `None` when preemption
-/// cannot help.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the cycle's working state, passed apart"
-)]
-fn preempt_for(
-    state: &mut State,
-    out: &mut Cycle,
-    victims_now: &mut BTreeSet<usize>,
-    running: &[(usize, JobAdmission)],
-    heads: &mut [HeadReservation],
-    (pending, admitted): (&BTreeMap<usize, Vec<usize>>, &BTreeSet<usize>),
-    no_room: &mut HashMap<(usize, Option<String>, bool), Milli>,
+/// The order victims are taken in: lowest priority first, then the most recently admitted,
+/// then the newest.
+fn victim_order(
     jobs: &[JobInfo],
-    queues: &[QueueInfo],
-    qi: usize,
-    ji: usize,
-    now: Timestamp,
-) -> Option<Shortfall> {
-    let queue = &queues[qi];
-    let job = &jobs[ji];
-    if let Some(wait) = waiting_for_preempted(state, victims_now, running, jobs, queue, job) {
-        return Some(wait);
+    a: &(usize, &JobAdmission, bool),
+    b: &(usize, &JobAdmission, bool),
+) -> std::cmp::Ordering {
+    let (va, vb) = (&jobs[a.0], &jobs[b.0]);
+    (va.class_value, va.priority)
+        .cmp(&(vb.class_value, vb.priority))
+        .then_with(|| b.1.admitted_at.0.cmp(&a.1.admitted_at.0))
+        .then_with(|| vb.created.cmp(&va.created))
+        .then_with(|| va.key.cmp(&vb.key))
+}
+
+impl Pass<'_> {
+    /// Tries to make room for `jobs[ji]` of `queues[qi]` by preemption; the shortfall to
+    /// report when it does (or when jobs preempted earlier will make room, or when a job
+    /// ahead would preempt it at once in the room made), `None` when preemption cannot help.
+    fn preempt_for(
+        &mut self,
+        state: &mut State,
+        out: &mut Cycle,
+        qi: usize,
+        ji: usize,
+    ) -> Option<Shortfall> {
+        let (jobs, queues, now) = (self.jobs, self.queues, self.now);
+        let queue = &queues[qi];
+        let job = &jobs[ji];
+        if let Some(wait) =
+            waiting_for_preempted(state, &self.victims_now, &self.running, jobs, queue, job)
+        {
+            return Some(wait);
+        }
+        if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
+            return None;
+        }
+        let memo = (
+            qi,
+            job.gpu_type.clone(),
+            matches!(job.share, Share::Fraction(_)),
+        );
+        if self.no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
+            return None;
+        }
+        let candidates = victim_candidates(
+            state,
+            &self.victims_now,
+            &self.running,
+            jobs,
+            queue,
+            job,
+            None,
+        );
+        if candidates.is_empty() {
+            return None;
+        }
+        // Everything below is tried in place on `state` and taken back before returning: the
+        // victims stay charged until their workers are gone.
+        let Some(chosen) = choose_victims(state, &candidates, jobs, queue, job) else {
+            let d = self.no_room.entry(memo).or_insert(Milli::MAX);
+            *d = (*d).min(job.demand());
+            return None;
+        };
+        let allowed = victims_allowed(
+            state,
+            &mut self.heads,
+            &chosen,
+            (&self.pending, &self.admitted),
+            jobs,
+            queues,
+            qi,
+            ji,
+            now,
+        );
+        // Owned, so the pass can be asked about the room they leave.
+        let chosen: Vec<(usize, JobAdmission, bool)> = chosen
+            .into_iter()
+            .map(|(vi, a, reclaim)| (vi, a.clone(), reclaim))
+            .collect();
+        // A job ahead that would preempt this one at once in the room made: preempting for
+        // it would only free room for that job, a decision of its own. Checked with the
+        // victims counted as gone, as they will be.
+        let ahead = if allowed {
+            self.preempted_in_room(state, qi, ji, &chosen)
+        } else {
+            None
+        };
+        for (vi, a, _) in &chosen {
+            state.hold(&jobs[*vi], a);
+        }
+        if let Some(h) = ahead {
+            return Some(Shortfall::PreemptedAtOnce {
+                by: jobs[h].key.clone(),
+            });
+        }
+        if !allowed {
+            return None;
+        }
+        let mut victims = Vec::new();
+        for (vi, _, reclaim) in chosen {
+            self.victims_now.insert(vi);
+            let v = &jobs[vi];
+            victims.push(v.key.clone());
+            out.preempted.push(Preempt {
+                job: v.key.clone(),
+                notice: PreemptionNotice {
+                    by: job.key.to_string(),
+                    reason: if reclaim { "Reclaim" } else { "WithinQueue" }.to_owned(),
+                    notice_at: Time(now),
+                    grace_seconds: v.grace_seconds,
+                },
+            });
+        }
+        Some(Shortfall::Preempting { victims })
     }
-    if !queue.preempt_lower_priority && !queue.reclaim_within_cohort {
-        return None;
+
+    /// A job ahead of `jobs[ji]` that would preempt it at once were it admitted in the room
+    /// `chosen` leave (already off `state`; counted as gone here, as they will be).
+    fn preempted_in_room(
+        &mut self,
+        state: &mut State,
+        qi: usize,
+        ji: usize,
+        chosen: &[(usize, JobAdmission, bool)],
+    ) -> Option<usize> {
+        let (jobs, now) = (self.jobs, self.now);
+        self.victims_now.extend(chosen.iter().map(|v| v.0));
+        // Gone from every head's picture they would still have been in: (head, victim).
+        let gone: Vec<(usize, usize)> = (0..self.heads.len())
+            .flat_map(|h| (0..chosen.len()).map(move |c| (h, c)))
+            .filter(|&(h, c)| {
+                let (vi, a, _) = &chosen[c];
+                simulate::release_at(&jobs[*vi], a, false, now)
+                    .is_none_or(|t| t > self.heads[h].eta)
+            })
+            .collect();
+        for &(h, c) in &gone {
+            let (vi, a, _) = &chosen[c];
+            self.heads[h].then.unhold(&jobs[*vi], a);
+        }
+        let ahead = state
+            .fit(&self.queues[qi], &jobs[ji])
+            .ok()
+            .and_then(|fit| self.preempted_at_once(state, qi, ji, &fit));
+        for &(h, c) in &gone {
+            let (vi, a, _) = &chosen[c];
+            self.heads[h].then.hold(&jobs[*vi], a);
+        }
+        for (vi, _, _) in chosen {
+            self.victims_now.remove(vi);
+        }
+        ahead
     }
-    let memo = (
-        qi,
-        job.gpu_type.clone(),
-        matches!(job.share, Share::Fraction(_)),
-    );
-    if no_room.get(&memo).is_some_and(|&d| job.demand() >= d) {
-        return None;
-    }
-    let candidates = victim_candidates(state, victims_now, running, jobs, queue, job, None);
-    if candidates.is_empty() {
-        return None;
-    }
-    // Everything below is tried in place on `state` and taken back before returning: the
-    // victims stay charged until their workers are gone.
-    let Some(chosen) = choose_victims(state, &candidates, jobs, queue, job) else {
-        let d = no_room.entry(memo).or_insert(Milli::MAX);
-        *d = (*d).min(job.demand());
-        return None;
-    };
-    let allowed = victims_allowed(
-        state,
-        heads,
-        &chosen,
-        (pending, admitted),
-        jobs,
-        queues,
-        qi,
-        ji,
-        now,
-    );
-    for (vi, a, _) in &chosen {
-        state.hold(&jobs[*vi], a);
-    }
-    if !allowed {
-        return None;
-    }
-    let mut victims = Vec::new();
-    for (vi, _, reclaim) in chosen {
-        victims_now.insert(vi);
-        let v = &jobs[vi];
-        victims.push(v.key.clone());
-        out.preempted.push(Preempt {
-            job: v.key.clone(),
-            notice: PreemptionNotice {
-                by: job.key.to_string(),
-                reason: if reclaim { "Reclaim" } else { "WithinQueue" }.to_owned(),
-                notice_at: Time(now),
-                grace_seconds: v.grace_seconds,
-            },
-        });
-    }
-    Some(Shortfall::Preempting { victims })
 }
 
 impl State {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{JobKey, Milli, Share, Unavailable, gpus_text};
+use super::{JobKey, Milli, ONE_GPU, Share, Unavailable, gpus_text};
 
 /// Why a job is not admitted (yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +62,12 @@ pub enum Shortfall {
     WouldDelay {
         /// That job.
         head: JobKey,
+    },
+    /// It would fit, but a waiting job ahead of it, ranked above it, would preempt it at once
+    /// to make room for itself: admitting it would only start a job to stop it.
+    PreemptedAtOnce {
+        /// That job.
+        by: JobKey,
     },
     /// It would borrow quota a lender of its cohort needs for its own pending jobs (and would
     /// reclaim at once).
@@ -154,8 +160,9 @@ impl fmt::Display for Shortfall {
                 let free = (nominal - used).max(0);
                 write!(
                     f,
-                    "needs {} GPUs of {entry}; queue {queue} has {} of {} nominal free",
+                    "needs {} {} of {entry}; queue {queue} has {} of {} nominal free",
                     gpus_text(*need),
+                    if *need == ONE_GPU { "GPU" } else { "GPUs" },
                     gpus_text(free),
                     gpus_text(*nominal)
                 )?;
@@ -173,6 +180,12 @@ impl fmt::Display for Shortfall {
             }
             Self::WouldDelay { head } => {
                 write!(f, "fits, but would delay the expected start of {head}")
+            }
+            Self::PreemptedAtOnce { by } => {
+                write!(
+                    f,
+                    "fits, but {by}, waiting ahead of it, would preempt it at once"
+                )
             }
             Self::LenderNeeds { queue } => write!(
                 f,

@@ -42,7 +42,8 @@ use gryvia_types::{GryviaAIJob, JobAdmission, PreemptionNotice, QueueStanding};
 use serde::{Deserialize, Serialize};
 
 pub use cycle::{
-    Admit, Cycle, Preempt, QueueSummary, cycle, cycle_deciding_every_job, decide, expected_start,
+    Admit, Cycle, PREEMPTION_LOOKBACK, Preempt, QueueSummary, cycle, cycle_deciding_every_job,
+    decide, expected_start,
 };
 pub use explain::Shortfall;
 pub use nodes::{

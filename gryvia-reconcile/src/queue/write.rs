@@ -133,17 +133,19 @@ pub struct JobWrite {
 /// them over time).
 pub const STANDING_WRITES_PER_CYCLE: usize = 64;
 
-/// `writes` in the order they are made: every decision first, then at most `budget`
+/// `writes` in the order they are made: every decision first (by job), then at most `budget`
 /// standing-only writes, jobs never told where they wait first, then the heads of the queues
-/// (by position). The whole-list form of the rule: [`job_writes_within`] picks the same writes
-/// without building the others.
+/// (by position, then job). The whole-list form of the rule: [`job_writes_within`] picks the
+/// same writes without building the others.
 pub fn within_budget(mut writes: Vec<JobWrite>, budget: usize) -> Vec<JobWrite> {
-    writes.sort_by_key(|w| {
-        (
-            !w.decision,
-            line_rank(w.first_standing, w.fields.queue.as_ref()),
-        )
-    });
+    let rank = |w: &JobWrite| {
+        if w.decision {
+            (false, 0)
+        } else {
+            line_rank(w.first_standing, w.fields.queue.as_ref())
+        }
+    };
+    writes.sort_by(|a, b| (!a.decision, rank(a), &a.job).cmp(&(!b.decision, rank(b), &b.job)));
     let decisions = writes.iter().filter(|w| w.decision).count();
     writes.truncate(decisions + budget);
     writes
