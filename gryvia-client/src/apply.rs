@@ -12,11 +12,15 @@
 //! what Gryvia would do on this cluster.
 //!
 //! With the operator's caches ([`Executor::with_caches`]) an apply that could change nothing is
-//! not sent: the same body as the executor's last apply to that object while the object is
-//! still at the resourceVersion that apply left (the cache shows the child at it; for a status,
-//! the reconciled object is at it). Any other writer's change moves the version, and the next
-//! apply goes out. A tenant reconciled at every pod placed otherwise re-sent its namespace,
-//! quota, limits and status each time: four requests that changed nothing.
+//! not sent: the same body as the executor's last apply to that object while the object still
+//! holds what that apply set. For a child, the cache shows it as the apply left it
+//! ([`applied_version`]: for an object with a generation, the same generation, labels,
+//! annotations, owner references and finalizers, so a batch Job's status moving under it
+//! changes nothing; else the same resourceVersion). For a status, the reconciled object's
+//! status holds every field of the body as sent. Any other writer's change to what was applied
+//! shows, and the next apply goes out. A tenant reconciled at every pod placed otherwise re-sent
+//! its namespace, quota, limits and status each time: four requests that changed nothing; an
+//! AI job re-sent its batch Job at every change of the Job's status.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use std::time::Duration;
 
 use gryvia_reconcile::{Child, EventType, Eviction, NodeOp, ObjectRef, Plan, Taint, TaintEffect};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, EvictParams, GroupVersionKind, Patch,
     PatchParams,
@@ -68,11 +73,50 @@ pub struct Executor {
     /// (a Plan says "must not exist" on every reconcile) are skipped for [`GONE_TTL`].
     gone: Arc<Mutex<HashMap<ObjectRef, std::time::Instant>>>,
     /// Per object (its status under the `/status` kind suffix): the hash of the last body
-    /// applied and the resourceVersion the apply left.
-    applied: Arc<std::sync::Mutex<HashMap<ObjectRef, (u64, String)>>>,
+    /// applied, what the apply left (for a status, the resourceVersion; for a child,
+    /// [`applied_version`]) and when.
+    applied: Arc<std::sync::Mutex<HashMap<ObjectRef, Applied>>>,
     caches: Option<crate::cache::Caches>,
     dry_run: bool,
 }
+
+/// What an apply of an object is remembered against: for an object with a generation, its
+/// uid, generation, and a hash of its labels, annotations, owner references and finalizers
+/// (what an apply sets besides the spec, whose changes move the generation; a status
+/// change moves neither); else its resourceVersion.
+pub fn applied_version(meta: &ObjectMeta) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    let Some(generation) = meta.generation else {
+        return meta.resource_version.clone();
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    for o in meta.owner_references.iter().flatten() {
+        (&o.api_version, &o.kind, &o.name, &o.uid, o.controller).hash(&mut h);
+    }
+    Some(format!(
+        "{}/{generation}/{:x}",
+        meta.uid.as_deref().unwrap_or_default(),
+        h.finish()
+    ))
+}
+
+/// Whether `object` holds every field of `applied` with its value (objects field by field;
+/// lists and values whole; a null in `applied`, a field absent).
+fn holds(object: &Value, applied: &Value) -> bool {
+    match (object, applied) {
+        (Value::Object(have), Value::Object(want)) => want.iter().all(|(k, v)| match v {
+            Value::Null => have.get(k).is_none_or(Value::is_null),
+            _ => have.get(k).is_some_and(|h| holds(h, v)),
+        }),
+        _ => object == applied,
+    }
+}
+
+/// The last apply to an object: its body's hash, what it left the object at and when.
+type Applied = (u64, String, std::time::Instant);
 
 /// A hash of a body to apply.
 fn body_hash(body: &Value) -> u64 {
@@ -141,7 +185,7 @@ impl Executor {
         self
     }
 
-    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, (u64, String)>> {
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, Applied>> {
         self.applied
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -152,8 +196,25 @@ impl Executor {
         version.is_some_and(|v| {
             self.applied()
                 .get(r)
-                .is_some_and(|(h, at)| *h == hash && at == v)
+                .is_some_and(|(h, at, _)| *h == hash && at == v)
         })
+    }
+
+    /// Whether the status of `owner` (as the reconcile read it) still holds what the last
+    /// status apply to it sent, and that was `status` (hashed `hash`): then applying it again
+    /// changes nothing, whoever else wrote the object since (the queue scheduler writes
+    /// `status.queue` of the jobs this executor writes the rest of).
+    fn status_holds<K: Resource<DynamicType = ()> + Serialize>(
+        &self,
+        r: &ObjectRef,
+        hash: u64,
+        owner: &K,
+        status: &Value,
+    ) -> bool {
+        if self.applied().get(r).is_none_or(|(h, _, _)| *h != hash) {
+            return false;
+        }
+        serde_json::to_value(owner).is_ok_and(|o| holds(&o["status"], status))
     }
 
     /// The ref [`Executor::applied`] keeps a status write of `owner` under.
@@ -166,17 +227,22 @@ impl Executor {
         }
     }
 
-    /// The resourceVersion this executor's last status write left `obj` at; `None` when it
-    /// wrote no status of it (or its last write failed).
-    pub fn status_written_at<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Option<String> {
+    /// The resourceVersion this executor's last status write left `obj` at, and when it was
+    /// made; `None` when it wrote no status of it (or its last write failed).
+    pub fn status_written_at<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+    ) -> Option<(String, std::time::Instant)> {
         self.applied()
             .get(&Self::status_ref(obj))
-            .map(|(_, version)| version.clone())
+            .map(|(_, version, at)| (version.clone(), *at))
     }
 
     fn remember_applied(&self, r: &ObjectRef, hash: u64, version: Option<String>) {
         match version {
-            Some(v) => self.applied().insert(r.clone(), (hash, v)),
+            Some(v) => self
+                .applied()
+                .insert(r.clone(), (hash, v, std::time::Instant::now())),
             None => self.applied().remove(r),
         };
     }
@@ -235,7 +301,11 @@ impl Executor {
     /// the next reconcile finishes the rest).
     pub async fn apply<K, S>(&self, owner: &K, plan: &Plan<S>) -> Result<Outcome>
     where
-        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + Serialize
+            + std::fmt::Debug,
         K::Scope: crate::ScopeApi,
         S: Serialize,
     {
@@ -443,7 +513,7 @@ impl Executor {
         self.gone.lock().await.remove(r);
         let hash = body_hash(object);
         let cached = self.caches.as_ref().and_then(|c| {
-            c.resource_version(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
+            c.applied_version(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
         });
         if self.unchanged_since_applied(r, hash, cached.as_deref()) {
             return Ok(());
@@ -457,7 +527,7 @@ impl Executor {
         .await;
         match result {
             Ok(obj) => {
-                self.remember_applied(r, hash, obj.metadata.resource_version);
+                self.remember_applied(r, hash, applied_version(&obj.metadata));
                 Ok(())
             }
             Err(e) => {
@@ -469,7 +539,11 @@ impl Executor {
 
     async fn apply_status<K, S>(&self, owner: &K, status: &S) -> Result<()>
     where
-        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + Serialize
+            + std::fmt::Debug,
         K::Scope: crate::ScopeApi,
         S: Serialize,
     {
@@ -483,9 +557,7 @@ impl Executor {
         let name = owner.name_any();
         let r = Self::status_ref(owner);
         let hash = body_hash(&body);
-        if self.caches.is_some()
-            && self.unchanged_since_applied(&r, hash, owner.meta().resource_version.as_deref())
-        {
+        if self.caches.is_some() && self.status_holds(&r, hash, owner, &body["status"]) {
             return Ok(());
         }
         let result = timed(
@@ -720,5 +792,55 @@ mod tests {
             TaintEffect::NoSchedule
         ));
         assert!(taints.is_empty());
+    }
+
+    #[test]
+    fn a_status_holds_what_was_applied_whatever_else_it_has() {
+        let applied = json!({"phase": "Running", "active": 2, "failure": null,
+                             "conditions": [{"type": "Running", "status": "True"}]});
+        let object = json!({"phase": "Running", "active": 2, "queue": {"position": 3},
+                            "conditions": [{"type": "Running", "status": "True"}]});
+        assert!(holds(&object, &applied));
+        // A field of its own changed, a list changed, a field it removed is back: not held.
+        let changed = json!({"phase": "Succeeded", "active": 2,
+                             "conditions": [{"type": "Running", "status": "True"}]});
+        assert!(!holds(&changed, &applied));
+        let more = json!({"phase": "Running", "active": 2, "conditions": [
+            {"type": "Running", "status": "True"}, {"type": "Ready", "status": "True"}]});
+        assert!(!holds(&more, &applied));
+        let back = json!({"phase": "Running", "active": 2, "failure": "oom",
+                          "conditions": [{"type": "Running", "status": "True"}]});
+        assert!(!holds(&back, &applied));
+        assert!(!holds(&Value::Null, &applied));
+    }
+
+    #[test]
+    fn an_apply_is_remembered_against_the_generation_and_metadata_not_the_status() {
+        let meta = |rv: &str, generation: Option<i64>, label: &str| ObjectMeta {
+            uid: Some("u1".into()),
+            resource_version: Some(rv.into()),
+            generation,
+            labels: Some([("app".to_owned(), label.to_owned())].into()),
+            ..ObjectMeta::default()
+        };
+        // The status moved (a new resourceVersion): the same.
+        assert_eq!(
+            applied_version(&meta("10", Some(1), "a")),
+            applied_version(&meta("11", Some(1), "a"))
+        );
+        // The spec (generation) or a label changed: different.
+        assert_ne!(
+            applied_version(&meta("10", Some(1), "a")),
+            applied_version(&meta("12", Some(2), "a"))
+        );
+        assert_ne!(
+            applied_version(&meta("10", Some(1), "a")),
+            applied_version(&meta("12", Some(1), "b"))
+        );
+        // Without a generation: the resourceVersion.
+        assert_eq!(
+            applied_version(&meta("10", None, "a")).as_deref(),
+            Some("10")
+        );
     }
 }

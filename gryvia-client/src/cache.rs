@@ -58,7 +58,8 @@ struct Entry {
     store: Box<dyn Any + Send>,
     /// `apiVersion` and `kind` of `K`.
     kind: (String, String),
-    /// Reads a cached object's resourceVersion.
+    /// Reads what an apply of a cached object is remembered against
+    /// ([`crate::apply::applied_version`]).
     version: Version,
     /// `Writer<K>` until the watch starts.
     writer: Option<Box<dyn Any + Send>>,
@@ -276,7 +277,7 @@ impl Caches {
             let version: Version = Box::new(move |namespace, name| {
                 let mut r = reflector::ObjectRef::<K>::new(name);
                 r.namespace = namespace.map(str::to_owned);
-                reader.get(&r)?.meta().resource_version.clone()
+                crate::apply::applied_version(reader.get(&r)?.meta())
             });
             Entry {
                 store: Box::new(store),
@@ -347,9 +348,10 @@ impl Caches {
         store.get(&r)
     }
 
-    /// The resourceVersion of the object `apiVersion`/`kind` `namespace`/`name` as a cache of
-    /// its kind holds it; `None` when no cache holds it (or none of its kind is kept).
-    pub fn resource_version(
+    /// What an apply of the object `apiVersion`/`kind` `namespace`/`name`, as a cache of its
+    /// kind holds it, is remembered against ([`crate::apply::applied_version`]); `None` when
+    /// no cache holds it (or none of its kind is kept).
+    pub fn applied_version(
         &self,
         api_version: &str,
         kind: &str,

@@ -117,6 +117,10 @@ pub struct Context<R, O> {
     /// Metrics.
     pub metrics: Metrics,
     backoff: Backoff,
+    /// Per object: the newest resourceVersion (a number) a reconcile decided on, and when. A
+    /// later reconcile never decides on an older copy (one read from the API server can be
+    /// ahead of the cache).
+    decided: Mutex<HashMap<String, (u64, Instant)>>,
 }
 
 impl<R, O> Context<R, O> {
@@ -128,7 +132,14 @@ impl<R, O> Context<R, O> {
             executor,
             metrics,
             backoff: Backoff::default(),
+            decided: Mutex::default(),
         }
+    }
+
+    fn decided(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Instant)>> {
+        self.decided
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -155,8 +166,25 @@ where
     ctx.metrics.reconciles.get_or_create(&labels).inc();
     let started = Instant::now();
     let api: Api<K> = crate::api_for(ctx.executor.client().clone(), obj.as_ref());
-    let obj = if cached_is_current(&ctx, obj.as_ref()) {
+    let key = key_of(obj.as_ref());
+    let written = ctx.executor.status_written_at(obj.as_ref());
+    let decided = ctx.decided().get(&key).copied();
+    let known = newest_known(written.as_ref().map(|(v, at)| (v.as_str(), *at)), decided);
+    let freshness = current_enough(
+        known.as_ref().map(|(v, at)| (v.as_str(), at.elapsed())),
+        obj.meta(),
+        ctx.reconciler.finalizer(),
+    );
+    let obj = if freshness == Freshness::Current {
         obj
+    } else if let Freshness::Behind { age } = freshness
+        && age < CACHE_CATCH_UP
+    {
+        // Only a version this controller wrote or decided on a moment ago is not in the
+        // cache yet (its watch event is on the way): looked at again once it is, rather
+        // than read.
+        tracing::debug!(?age, "the cache is behind what this controller knows");
+        return Ok(Action::requeue(CACHE_RECHECK));
     } else {
         // The one read that is not from a cache: the object itself, as the API server has
         // it now.
@@ -172,6 +200,17 @@ where
             }
         }
     };
+    if let Some(v) = obj
+        .meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let mut decided = ctx.decided();
+        if decided.get(&key).is_none_or(|(d, _)| *d < v) {
+            decided.insert(key, (v, Instant::now()));
+        }
+    }
     // Without a finalizer there is nothing to decide about an object on its way out (its
     // owned children go with it); acting would only race the namespace's deletion.
     if obj.meta().deletion_timestamp.is_some() && ctx.reconciler.finalizer().is_none() {
@@ -202,32 +241,85 @@ where
     result
 }
 
-/// Whether the cached `obj` (what triggered the reconcile) is as current as a read from the API
-/// server would be for deciding on it. A status this controller wrote may not have reached
-/// the cache yet, and deciding on a stale status would repeat its Events and deliveries: the
-/// cached copy serves when it is at the resourceVersion this controller's last status write
-/// left it at, or when this controller has written no status of it (since it started, or
-/// since a write that failed), and when it carries the controller's finalizer (the finalizer
-/// helper's own write is not recorded). Otherwise the object is read from the API server.
-fn cached_is_current<K, S, R, O>(ctx: &Context<R, O>, obj: &K) -> bool
-where
-    K: Managed,
-    R: Reconcile<Object = K, Status = S>,
-{
-    current_enough(
-        ctx.executor.status_written_at(obj).as_deref(),
-        obj.meta(),
-        ctx.reconciler.finalizer(),
-    )
+/// How long after its own status write a controller waits for the cache to show it before it
+/// reads the object from the API server instead.
+pub const CACHE_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// How soon an object whose cached copy is behind the controller's own status write is looked
+/// at again.
+pub const CACHE_RECHECK: Duration = Duration::from_millis(50);
+
+/// Whether the cached object (what triggered the reconcile) is as current as a read from the
+/// API server would be for deciding on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Freshness {
+    /// It serves.
+    Current,
+    /// It is behind a version this controller wrote or decided on `age` ago.
+    Behind { age: Duration },
+    /// It lacks the controller's finalizer: read it from the API server.
+    Read,
 }
 
-/// [`cached_is_current`] over what it reads: the resourceVersion the controller's last status
-/// write left (`None`: it wrote none), the cached metadata and the controller's finalizer.
-fn current_enough(written_at: Option<&str>, cached: &ObjectMeta, finalizer: Option<&str>) -> bool {
-    let written = written_at.is_none_or(|at| cached.resource_version.as_deref() == Some(at));
-    let finalized =
-        finalizer.is_none_or(|f| cached.finalizers.iter().flatten().any(|held| held == f));
-    written && finalized
+/// The newest version of an object this controller knows: the one its last status write left
+/// (`written`) or the newest it decided on (`decided`), each with when. A written version that
+/// is not a number is the one known (compared for equality only).
+fn newest_known(
+    written: Option<(&str, Instant)>,
+    decided: Option<(u64, Instant)>,
+) -> Option<(String, Instant)> {
+    match (written, decided) {
+        (Some((w, at)), Some((d, when))) => match w.parse::<u64>() {
+            Ok(n) if d > n => Some((d.to_string(), when)),
+            _ => Some((w.to_owned(), at)),
+        },
+        (Some((w, at)), None) => Some((w.to_owned(), at)),
+        (None, Some((d, when))) => Some((d.to_string(), when)),
+        (None, None) => None,
+    }
+}
+
+/// Whether the cached copy serves. A status this controller wrote may not have reached the
+/// cache yet, and deciding on a stale status would repeat its Events and deliveries; nor may a
+/// reconcile decide on a copy older than one an earlier reconcile decided on (read from the
+/// API server, ahead of the cache). The cached copy serves when it is at or past the newest
+/// version of the object this controller knows (`known`, with how long ago: what its last
+/// status write left, or the newest it decided on; past it: another writer, say the queue
+/// scheduler writing the same object's `status.queue`, wrote after it, and the cache has that),
+/// or when it knows none (since it started, or since a write that failed), and when it carries
+/// the controller's finalizer (the finalizer helper's own write is not recorded). A copy
+/// behind waits for the cache for [`CACHE_CATCH_UP`] (the watch event is on its way), then is
+/// read from the API server, as is one without the finalizer.
+fn current_enough(
+    written: Option<(&str, Duration)>,
+    cached: &ObjectMeta,
+    finalizer: Option<&str>,
+) -> Freshness {
+    if !finalizer.is_none_or(|f| cached.finalizers.iter().flatten().any(|held| held == f)) {
+        return Freshness::Read;
+    }
+    match written {
+        Some((at, age))
+            if !cached
+                .resource_version
+                .as_deref()
+                .is_some_and(|cached| at_or_past(cached, at)) =>
+        {
+            Freshness::Behind { age }
+        }
+        _ => Freshness::Current,
+    }
+}
+
+/// Whether an object at resourceVersion `cached` is at or past `at`, a version the same
+/// object had. The versions of one object only grow: with etcd they are its store's revision
+/// numbers, which the API server's own watch cache orders by. A version that is not a number
+/// is compared for equality only.
+fn at_or_past(cached: &str, at: &str) -> bool {
+    match (cached.parse::<u64>(), at.parse::<u64>()) {
+        (Ok(c), Ok(a)) => c >= a,
+        _ => cached == at,
+    }
 }
 
 async fn act<K, S, R, O>(ctx: &Context<R, O>, obj: &K, cleanup: bool) -> Result<Action>
@@ -466,31 +558,76 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cached_object_serves_when_it_is_at_the_last_status_write_and_holds_the_finalizer() {
+    fn the_cached_object_serves_when_it_is_at_or_past_the_last_status_write_and_holds_the_finalizer()
+     {
         let meta = |rv: &str, finalizers: &[&str]| ObjectMeta {
             resource_version: Some(rv.to_owned()),
             finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
             ..ObjectMeta::default()
         };
+        let age = Duration::from_millis(30);
+        let behind = Freshness::Behind { age };
         // No status written by this controller: the cache is as current as it gets.
-        assert!(current_enough(None, &meta("5", &[]), None));
-        // At the version the last write left: current. Behind it (or moved by another
-        // writer): read from the API server.
-        assert!(current_enough(Some("7"), &meta("7", &[]), None));
-        assert!(!current_enough(Some("7"), &meta("6", &[]), None));
-        assert!(!current_enough(Some("7"), &ObjectMeta::default(), None));
+        assert_eq!(
+            current_enough(None, &meta("5", &[]), None),
+            Freshness::Current
+        );
+        // At the version the last write left, or past it (another writer wrote after it):
+        // current. Behind it: the write is on its way to the cache.
+        let at = |v: &'static str| Some((v, age));
+        assert_eq!(
+            current_enough(at("7"), &meta("7", &[]), None),
+            Freshness::Current
+        );
+        assert_eq!(
+            current_enough(at("7"), &meta("12", &[]), None),
+            Freshness::Current
+        );
+        assert_eq!(current_enough(at("7"), &meta("6", &[]), None), behind);
+        assert_eq!(current_enough(at("10"), &meta("9", &[]), None), behind);
+        assert_eq!(
+            current_enough(at("7"), &ObjectMeta::default(), None),
+            behind
+        );
+        // Versions that are not numbers are only compared for equality.
+        assert_eq!(
+            current_enough(at("a7"), &meta("a7", &[]), None),
+            Freshness::Current
+        );
+        assert_eq!(current_enough(at("a7"), &meta("b9", &[]), None), behind);
         // A controller with a finalizer reads from the API server until the cache shows it.
-        assert!(!current_enough(None, &meta("5", &[]), Some("gryvia.io/f")));
-        assert!(current_enough(
-            None,
-            &meta("5", &["gryvia.io/f"]),
-            Some("gryvia.io/f")
-        ));
-        assert!(!current_enough(
-            Some("7"),
-            &meta("6", &["gryvia.io/f"]),
-            Some("gryvia.io/f")
-        ));
+        let f = Some("gryvia.io/f");
+        assert_eq!(current_enough(None, &meta("5", &[]), f), Freshness::Read);
+        assert_eq!(
+            current_enough(None, &meta("5", &["gryvia.io/f"]), f),
+            Freshness::Current
+        );
+        assert_eq!(
+            current_enough(at("7"), &meta("6", &["gryvia.io/f"]), f),
+            behind
+        );
+    }
+
+    #[test]
+    fn the_newest_known_version_is_the_last_write_or_a_newer_one_decided_on() {
+        let (w, d) = (Instant::now(), Instant::now());
+        assert_eq!(newest_known(None, None), None);
+        assert_eq!(newest_known(Some(("7", w)), None), Some(("7".into(), w)));
+        assert_eq!(newest_known(None, Some((9, d))), Some(("9".into(), d)));
+        // A copy read from the API server, decided on after the write: it is the floor.
+        assert_eq!(
+            newest_known(Some(("7", w)), Some((9, d))),
+            Some(("9".into(), d))
+        );
+        assert_eq!(
+            newest_known(Some(("12", w)), Some((9, d))),
+            Some(("12".into(), w))
+        );
+        // A written version that is not a number is the one known.
+        assert_eq!(
+            newest_known(Some(("a7", w)), Some((9, d))),
+            Some(("a7".into(), w))
+        );
     }
 
     #[test]

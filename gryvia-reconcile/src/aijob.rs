@@ -1471,7 +1471,28 @@ fn track_progress(
         .filter(|p| p.pod_phase() == PodPhase::Running)
         .count();
     let unschedulable = live.iter().find_map(|p| p.unschedulable.clone());
-    if running > 0 {
+    // Every worker succeeded, and the batch Job has not said it is complete yet: still
+    // running (not back to Pending), finishing.
+    let done = pods
+        .iter()
+        .filter(|p| !p.deleting && p.pod_phase() == PodPhase::Succeeded)
+        .count();
+    if live.is_empty() && done > 0 && done >= usize::try_from(replicas).unwrap_or(usize::MAX) {
+        let message = format!(
+            "{done} of {replicas} workers succeeded, waiting for the batch Job to complete"
+        );
+        set(
+            status,
+            RUNNING,
+            Status::True,
+            "WorkersFinishing",
+            message.clone(),
+            generation,
+            now,
+        );
+        status.phase = Some(JobPhase::Running);
+        status.message = Some(message);
+    } else if running > 0 {
         set(
             status,
             RUNNING,

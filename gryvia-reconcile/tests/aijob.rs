@@ -277,7 +277,18 @@ fn a_job_goes_pending_scheduled_running_succeeded_with_one_event_per_phase() {
     assert!(plan.status.is_none());
     assert!(plan.events.is_empty());
 
+    // The worker succeeded before the batch Job says it is complete: still Running (not back
+    // to Pending), no Event.
     w.pods[0].phase = "Succeeded".into();
+    let plan = settle(&mut j, &w);
+    let s = j.status.clone().unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Running));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("1 of 1 workers succeeded, waiting for the batch Job to complete")
+    );
+    assert!(plan.events.is_empty(), "{:?}", plan.events);
+
     let jb = w.job.as_mut().unwrap();
     jb.active = 0;
     jb.succeeded = 1;
