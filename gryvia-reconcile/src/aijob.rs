@@ -932,7 +932,7 @@ pub fn render_job(job: &GryviaAIJob, backoff_limit: i32, priority_class: Option<
     }
     let mut metadata = json!({"name": name, "namespace": namespace, "labels": label_map(job)});
     if let Some(a) = status.and_then(|s| s.admission.as_ref()) {
-        metadata["annotations"] = json!({labels::ADMITTED_AT: a.admitted_at.0.to_string()});
+        metadata["annotations"] = json!({labels::ADMITTED_AT: admission_id(a)});
     }
     json!({
         "apiVersion": "batch/v1",
@@ -1021,6 +1021,46 @@ fn runs_outside_queue(world: &AIJobWorld) -> bool {
     })
 }
 
+/// What a batch Job made for admission `a` says it was made for (its
+/// `gryvia.io/admitted-at` annotation): the admission's time, then a hash of what its pod
+/// template takes from it (product, resource, per-worker count, nodes). The time alone has
+/// whole seconds: a job preempted and admitted again within the second, to other nodes, would
+/// look like the same admission, and its Job's template, which cannot change, would be applied
+/// anew and refused.
+pub fn admission_id(a: &JobAdmission) -> String {
+    // FNV-1a, 64 bits: the same on every build (the id outlives the operator's version).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    eat(a.product.as_deref().unwrap_or_default().as_bytes());
+    eat(a.resource.as_bytes());
+    eat(&a.per_worker.to_le_bytes());
+    for n in &a.nodes {
+        eat(n.as_bytes());
+    }
+    format!("{}/{h:016x}", a.admitted_at.0)
+}
+
+/// Whether a batch Job whose annotation says `made_for` was made for admission `a`. A Job made
+/// before the annotation carried the hash says the time alone.
+fn made_for(made_for: Option<&str>, a: &JobAdmission) -> bool {
+    made_for.is_some_and(|m| m == admission_id(a) || m == a.admitted_at.0.to_string())
+}
+
+/// The job's own batch Job when it was not made for admission `a`.
+fn made_for_other<'a>(world: &'a AIJobWorld, a: &JobAdmission) -> Option<&'a ObservedJob> {
+    world
+        .job
+        .as_ref()
+        .filter(|j| j.owned && !made_for(j.admitted_at.as_deref(), a))
+}
+
 /// An admitted job whose batch Job was made for an earlier admission, or before the queue
 /// admitted it (a Job's pod template cannot change): the Job is deleted and made anew for
 /// this admission once it is gone.
@@ -1039,7 +1079,10 @@ fn replace_for_admission(
         "replacing batch Job {name} (made for {}) with one for its admission",
         stale.admitted_at.as_deref().map_or_else(
             || "no admission".to_owned(),
-            |t| format!("the admission of {t}")
+            |t| format!(
+                "the admission of {}",
+                t.split_once('/').map_or(t, |(time, _)| time)
+            )
         )
     );
     set(
@@ -1798,9 +1841,7 @@ impl crate::Reconcile for AIJobReconciler {
         }
         status.priority_class_name = priority_class.clone();
         if let Some(a) = &current.admission
-            && let Some(stale) = world.job.as_ref().filter(|j| {
-                j.owned && j.admitted_at.as_deref() != Some(a.admitted_at.0.to_string().as_str())
-            })
+            && let Some(stale) = made_for_other(world, a)
         {
             replace_for_admission(&mut plan, &mut status, job, stale, now);
             emit_transitions(&mut plan, &current, &status);

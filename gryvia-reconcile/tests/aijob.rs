@@ -1027,11 +1027,68 @@ fn a_requeued_job_waits_without_a_batch_job_and_its_next_admission_makes_a_new_o
     }
     let plan = run(&again, &queued());
     let batch = child(&plan, "Job").unwrap();
-    assert_eq!(
-        batch["metadata"]["annotations"]["gryvia.io/admitted-at"],
-        "2026-12-03T13:00:00Z"
-    );
+    let made_for = batch["metadata"]["annotations"]["gryvia.io/admitted-at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(made_for.starts_with("2026-12-03T13:00:00Z/"), "{made_for}");
     assert_ne!(plan.status.unwrap().phase, Some(JobPhase::Failed));
+    // That Job is the one for this admission: applied, not replaced.
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            admitted_at: Some(made_for),
+            ..owned_job()
+        }),
+        ..queued()
+    };
+    let plan = run(&again, &w);
+    assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+    assert!(child(&plan, "Job").is_some());
+}
+
+#[test]
+fn a_job_admitted_again_within_the_second_to_other_nodes_gets_a_new_batch_job() {
+    let mut j = job_with(json!({"gpus": 4}));
+    let first = admission("nvidia.com/gpu", 4, &["n1"]);
+    let made_for = gryvia_reconcile::aijob::admission_id(&first);
+    // The same whole second, other nodes: a new admission, whose template the Job made for
+    // the first cannot take.
+    j.status = Some(GryviaAIJobStatus {
+        job_name: Some("train".to_owned()),
+        admission: Some(admission("nvidia.com/gpu", 4, &["n2"])),
+        ..Default::default()
+    });
+    let w = AIJobWorld {
+        job: Some(ObservedJob {
+            admitted_at: Some(made_for.clone()),
+            ..owned_job()
+        }),
+        ..queued()
+    };
+    let plan = run(&j, &w);
+    assert!(plan.apply.is_empty(), "{:?}", plan.apply);
+    assert_eq!(plan.delete.len(), 1);
+    assert!(
+        plan.status
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("the admission of 2026-12-03T12:00:00Z)")
+    );
+    // The same admission: the Job stays; so does one whose annotation, from before the hash,
+    // has the time alone.
+    j.status.as_mut().unwrap().admission = Some(first);
+    for said in [made_for, "2026-12-03T12:00:00Z".to_owned()] {
+        let w = AIJobWorld {
+            job: Some(ObservedJob {
+                admitted_at: Some(said),
+                ..owned_job()
+            }),
+            ..queued()
+        };
+        let plan = run(&j, &w);
+        assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+    }
 }
 
 #[test]

@@ -69,6 +69,7 @@ pub const NVIDIA_MIG_PREFIX: &str = "nvidia.com/mig-";
 /// (`by=<job>; reason=<why>; noticeAt=<RFC 3339>; graceSeconds=<n>`): readable in the pod
 /// through the downward API before SIGTERM.
 pub const PREEMPTION_NOTICE: &str = "gryvia.io/preemption-notice";
-/// Annotation of the batch Job of a job a queue admitted: the admission's time (RFC 3339), so
-/// a Job made for an earlier admission (or none) is replaced, not patched.
+/// Annotation of the batch Job of a job a queue admitted: the admission's time (RFC 3339) and a
+/// hash of what the pod template takes from it (`<time>/<hash>`), so a Job made for an earlier
+/// admission (or none) is replaced, not patched.
 pub const ADMITTED_AT: &str = "gryvia.io/admitted-at";
