@@ -434,7 +434,7 @@ async fn a_template_renders_into_a_job_that_runs_and_counts_it() {
     .unwrap();
     let tpls: Api<GryviaTemplate> = Api::all(s.client.clone());
     tpls.create(&PostParams::default(), &tpl).await.unwrap();
-    let valid = wait_for("template Valid", Duration::from_secs(30), || {
+    let valid = wait_for("template Valid", Duration::from_secs(90), || {
         let tpls = tpls.clone();
         let name = name.clone();
         async move {
@@ -464,7 +464,7 @@ async fn a_template_renders_into_a_job_that_runs_and_counts_it() {
     assert_eq!(done.spec.image, "registry.local/train:v7");
     assert_eq!(done.spec.args, vec!["--batch-size=64"]);
     assert_eq!(done.spec.gpus, 2);
-    let count = wait_for("instantiatedJobs 1", Duration::from_secs(30), || {
+    let count = wait_for("instantiatedJobs 1", Duration::from_secs(90), || {
         let tpls = tpls.clone();
         let name = name.clone();
         async move {
@@ -507,7 +507,7 @@ async fn a_priority_becomes_a_priority_class_that_annotated_jobs_run_with() {
     }))
     .await;
     let api = s.jobs();
-    wait_for("PriorityClassNotFound", Duration::from_secs(30), || {
+    wait_for("PriorityClassNotFound", Duration::from_secs(90), || {
         let api = api.clone();
         async move {
             let c = api
@@ -525,7 +525,7 @@ async fn a_priority_becomes_a_priority_class_that_annotated_jobs_run_with() {
     .unwrap();
     prios.create(&PostParams::default(), &prio).await.unwrap();
     let pcs: Api<PriorityClass> = Api::all(s.client.clone());
-    let pc = wait_for("PriorityClass", Duration::from_secs(30), || {
+    let pc = wait_for("PriorityClass", Duration::from_secs(90), || {
         let pcs = pcs.clone();
         let name = name.clone();
         async move { pcs.get(&name).await.ok() }
@@ -551,7 +551,7 @@ async fn a_priority_becomes_a_priority_class_that_annotated_jobs_run_with() {
         )
         .await
         .unwrap();
-    wait_for("PriorityClass value 2000", Duration::from_secs(30), || {
+    wait_for("PriorityClass value 2000", Duration::from_secs(90), || {
         let pcs = pcs.clone();
         let name = name.clone();
         async move { (pcs.get(&name).await.ok()?.value == 2000).then_some(()) }
@@ -662,7 +662,7 @@ async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environmen
     let ns = s.ns.name.clone();
     let message = wait_for(
         "the validating webhook to reject an A100 job",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || {
             let jobs = jobs.clone();
             let ns = ns.clone();
@@ -750,7 +750,7 @@ async fn the_webhooks_reject_a_disallowed_sku_and_inject_the_training_environmen
     job.spec.gpus = 8;
     job.spec.gpu_type = Some("NVIDIA-H100-80GB-HBM3".into());
     let jobs = s.jobs();
-    let e = wait_for("the quota to be enforced", Duration::from_secs(30), || {
+    let e = wait_for("the quota to be enforced", Duration::from_secs(90), || {
         let jobs = jobs.clone();
         let job = job.clone();
         async move {
@@ -833,7 +833,7 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
         return;
     };
     let rsvs: Api<gryvia_types::GryviaReservation> = Api::all(s.client.clone());
-    let status = wait_for("reservation Active", Duration::from_secs(30), || {
+    let status = wait_for("reservation Active", Duration::from_secs(90), || {
         let rsvs = rsvs.clone();
         let rsv = rsv.clone();
         async move {
@@ -886,7 +886,7 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
     assert!(held.contains(pod.spec.as_ref().unwrap().node_name.as_ref().unwrap()));
 
     let api = s.jobs();
-    let why = wait_for("outsider Unschedulable", Duration::from_secs(30), || {
+    let why = wait_for("outsider Unschedulable", Duration::from_secs(90), || {
         let api = api.clone();
         async move {
             let c = api
@@ -1350,7 +1350,7 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
     let n = i64::try_from(got.len()).unwrap();
     let all = wait_for(
         "hook all to count its deliveries",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async {
             let st = status("all").await;
             (st.delivered == n).then_some(st)
@@ -1384,7 +1384,7 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
         Api::namespaced(s.client.clone(), &s.ns.name);
     let warning = wait_for(
         "a DeliveryFailed event",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async {
             events
                 .list(&ListParams::default())
@@ -1409,7 +1409,7 @@ async fn job_hooks_post_signed_events_retry_failed_deliveries_and_wait_for_their
     // Hook "late": waits for its key, says so, then delivers on the second attempt.
     let late = wait_for(
         "hook late to hold its delivery",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async {
             let st = status("late").await;
             (st.deliveries.len() == 1).then_some(st)
@@ -1595,7 +1595,7 @@ async fn a_workflow_runs_its_steps_in_dependency_order_and_a_hook_announces_it()
     ];
     let waited = wait_for(
         "the hook to announce the workflow",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async { (events() == want).then_some(()) },
     )
     .await;
@@ -1688,7 +1688,7 @@ async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() 
     };
     let message = wait_for(
         "the gate to reject a job",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async {
             match attempt().await {
                 Err(kube::Error::Api(e)) => Some(e.message),
@@ -1712,7 +1712,7 @@ async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() 
     set_state("warning").await;
     wait_for(
         "the gate to admit again",
-        Duration::from_secs(30),
+        Duration::from_secs(90),
         || async { attempt().await.ok() },
     )
     .await
