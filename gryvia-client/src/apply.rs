@@ -77,6 +77,7 @@ pub struct Executor {
     /// [`applied_version`]) and when.
     applied: Arc<std::sync::Mutex<HashMap<ObjectRef, Applied>>>,
     caches: Option<crate::cache::Caches>,
+    mailer: Option<crate::mail::Mailer>,
     dry_run: bool,
 }
 
@@ -173,6 +174,7 @@ impl Executor {
             gone: Arc::default(),
             applied: Arc::default(),
             caches: None,
+            mailer: None,
             dry_run: false,
         }
     }
@@ -182,6 +184,12 @@ impl Executor {
     #[must_use]
     pub fn with_caches(mut self, caches: crate::cache::Caches) -> Self {
         self.caches = Some(caches);
+        self
+    }
+
+    /// Sends a Plan's e-mails with `mailer` (without one, every e-mail fails saying so).
+    pub fn with_mailer(mut self, mailer: Option<crate::mail::Mailer>) -> Self {
+        self.mailer = mailer;
         self
     }
 
@@ -366,6 +374,10 @@ impl Executor {
             let deliveries = self.deliver(&plan.notifications).await;
             crate::webhook::first_failure(&plan.notifications, &deliveries)?;
         }
+        if !plan.emails.is_empty() {
+            let deliveries = self.send_emails(&plan.emails).await;
+            crate::webhook::first_mail_failure(&plan.emails, &deliveries)?;
+        }
         Ok(outcome)
     }
 
@@ -489,6 +501,37 @@ impl Executor {
                     warn!(id = %d.id, url = %n.url, %reason, "notification not delivered")
                 }
             }
+        }
+        deliveries
+    }
+
+    /// Sends `emails`, each once, and returns what came of each in order; logs every outcome.
+    /// A dry-run executor logs them and sends none (the result is then empty).
+    pub async fn send_emails(
+        &self,
+        emails: &[gryvia_reconcile::Email],
+    ) -> Vec<gryvia_reconcile::Delivery> {
+        if self.dry_run {
+            for m in emails {
+                info!(to = ?m.to, id = %m.id, "dry run: would send e-mail");
+            }
+            return Vec::new();
+        }
+        let mut deliveries = Vec::with_capacity(emails.len());
+        for m in emails {
+            let d = match &self.mailer {
+                Some(mailer) => mailer.send(m).await,
+                None => gryvia_reconcile::Delivery {
+                    id: m.id.clone(),
+                    status: None,
+                    error: Some("no SMTP server configured".to_owned()),
+                },
+            };
+            match d.failure() {
+                None => info!(id = %d.id, to = ?m.to, status = ?d.status, "e-mail sent"),
+                Some(reason) => warn!(id = %d.id, to = ?m.to, %reason, "e-mail not sent"),
+            }
+            deliveries.push(d);
         }
         deliveries
     }

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod controllers;
 pub mod crds;
 pub mod gpu_agent;
+pub mod mail;
 pub mod metrics;
 pub mod operators;
 pub mod ops;
@@ -69,6 +70,14 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// An e-mail could not be sent.
+    #[error("send e-mail to {to}: {reason}")]
+    Mail {
+        /// Recipients.
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The async runtime could not start.
     #[error("start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -112,6 +121,7 @@ impl Error {
             Error::LeaderElection(_) => "leader_election",
             Error::Serve { .. } => "serve",
             Error::Webhook { .. } => "webhook",
+            Error::Mail { .. } => "mail",
             Error::Gpu(_) => "gpu",
             Error::Runtime(_) => "runtime",
             Error::Trace { .. } => "trace",
@@ -139,7 +149,9 @@ impl Error {
             Error::Api { .. } if self.status_code() == Some(409) => Duration::from_secs(1),
             Error::Api { .. } | Error::Timeout { .. } => Duration::from_secs(5),
             Error::Serialize { .. } => Duration::from_secs(300),
-            Error::Finalizer(_) | Error::Webhook { .. } => Duration::from_secs(10),
+            Error::Finalizer(_) | Error::Webhook { .. } | Error::Mail { .. } => {
+                Duration::from_secs(10)
+            }
             Error::LeaderElection(_) | Error::Serve { .. } | Error::Runtime(_) => {
                 Duration::from_secs(30)
             }

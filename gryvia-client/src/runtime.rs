@@ -336,9 +336,13 @@ where
     } else {
         ctx.reconciler.reconcile(obj, &world, now)
     };
-    // Notifications go first, so the status written below can say what came of them.
+    // Notifications and e-mails go first, so the status written below can say what came of
+    // them.
     let notifications = std::mem::take(&mut plan.notifications);
-    let deliveries = ctx.executor.deliver(&notifications).await;
+    let emails = std::mem::take(&mut plan.emails);
+    let mut deliveries = ctx.executor.deliver(&notifications).await;
+    let mailed = ctx.executor.send_emails(&emails).await;
+    deliveries.extend(mailed.iter().cloned());
     let recorded = deliveries.is_empty()
         || ctx
             .reconciler
@@ -389,6 +393,7 @@ where
     }
     if !recorded {
         crate::webhook::first_failure(&notifications, &deliveries)?;
+        crate::webhook::first_mail_failure(&emails, &mailed)?;
     }
     Ok(match plan.requeue_after() {
         Some(after) => Action::requeue(after),

@@ -227,6 +227,25 @@ pub fn first_failure(notifications: &[Notification], deliveries: &[Delivery]) ->
     Ok(())
 }
 
+/// The first e-mail that was not sent, as an error naming its recipients.
+///
+/// # Errors
+/// [`Error::Mail`] for that e-mail.
+pub fn first_mail_failure(
+    emails: &[gryvia_reconcile::Email],
+    deliveries: &[Delivery],
+) -> Result<()> {
+    for (m, d) in emails.iter().zip(deliveries) {
+        if let Some(reason) = d.failure() {
+            return Err(Error::Mail {
+                to: m.to.join(", "),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

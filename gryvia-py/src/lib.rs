@@ -638,7 +638,14 @@ fn reconcile(
         .unwrap_or_default();
     match kind {
         "GryviaAIJob" => plan(py, &aijob::AIJobReconciler, object, "object", world, now),
-        "GryviaBudget" => plan(py, &budget::BudgetReconciler, object, "object", world, now),
+        "GryviaBudget" => plan(
+            py,
+            &budget::BudgetReconciler::default(),
+            object,
+            "object",
+            world,
+            now,
+        ),
         "GryviaHealthCheck" => {
             let options = health::HealthOptions { remediation };
             let r = health::HealthCheckReconciler { options };
@@ -837,7 +844,14 @@ fn reconcile_budget(
     now: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     use gryvia_reconcile::budget::BudgetReconciler;
-    plan(py, &BudgetReconciler, budget, "budget", world, now)
+    plan(
+        py,
+        &BudgetReconciler::default(),
+        budget,
+        "budget",
+        world,
+        now,
+    )
 }
 
 /// One admission cycle of the native queue scheduler over `world` (keys of `QueueWorld`:

@@ -17,18 +17,20 @@
 use std::time::Duration;
 
 use gryvia_types::conditions::{self, Status};
-use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use gryvia_types::money::{Decimal, MICROS};
 use gryvia_types::{
-    AlertAction, BudgetScopeType, BudgetState, EnforcementAction, GryviaBudget, GryviaBudgetStatus,
-    GryviaUsageRecord, PeriodType,
+    AlertAction, AlertChannel, AlertDelivery, BudgetAlert, BudgetScopeType, BudgetState,
+    DeliveryState, EnforcementAction, GryviaBudget, GryviaBudgetStatus, GryviaUsageRecord,
+    PeriodType,
 };
 use jiff::civil::{Date, Weekday};
 use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
+use crate::delivery;
 use crate::metering::{Sku, sku_of};
-use crate::{EventType, Plan, Timestamp};
+use crate::{Delivery, Email, EventType, Notification, Plan, Timestamp};
 
 /// How often a budget is brought up to date (open records keep counting).
 pub const REFRESH: Duration = Duration::from_secs(60);
@@ -211,9 +213,61 @@ fn utilisation(budget: &GryviaBudget, usd_micros: i64, gpu_seconds: i64) -> Opti
     cost.into_iter().chain(hours).max()
 }
 
+/// Attempts of an alert delivery before it is given up, unless the operator says otherwise.
+pub const ALERT_ATTEMPTS: i32 = 10;
+
+/// The budget webhook: where alerts with the `webhook` action are POSTed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertWebhook {
+    /// Where to POST.
+    pub url: String,
+    /// The Secret with the signing key: namespace, name and key (unsigned when `None`).
+    pub secret: Option<(String, String, String)>,
+}
+
+/// Where a budget's alerts can go besides Events (the quota-operator's flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertChannels {
+    /// The budget webhook (`--budget-webhook-url`).
+    pub webhook: Option<AlertWebhook>,
+    /// Whether e-mail can be sent (`--smtp-server`), and to whom besides each budget's
+    /// `emailRecipients` (`--budget-email-to`); `None` without an SMTP server.
+    pub email_to: Option<Vec<String>>,
+    /// Attempts of a delivery before it is given up.
+    pub max_attempts: i32,
+}
+
+impl Default for AlertChannels {
+    fn default() -> Self {
+        AlertChannels {
+            webhook: None,
+            email_to: None,
+            max_attempts: ALERT_ATTEMPTS,
+        }
+    }
+}
+
+impl AlertChannels {
+    /// Who gets `budget`'s e-mail: its recipients and the operator's, each once, in order.
+    /// `None` without an SMTP server.
+    pub fn recipients(&self, budget: &GryviaBudget) -> Option<Vec<String>> {
+        let operator = self.email_to.as_ref()?;
+        let mut to: Vec<String> = Vec::new();
+        for r in budget.spec.email_recipients.iter().chain(operator) {
+            if !to.contains(r) {
+                to.push(r.clone());
+            }
+        }
+        Some(to)
+    }
+}
+
 /// The GryviaBudget controller's policy.
 #[derive(Clone, Debug, Default)]
-pub struct BudgetReconciler;
+pub struct BudgetReconciler {
+    /// Where alerts go.
+    pub alerts: AlertChannels,
+}
 
 impl crate::Reconcile for BudgetReconciler {
     type Object = GryviaBudget;
@@ -240,11 +294,13 @@ impl crate::Reconcile for BudgetReconciler {
         }
         status.period_start = Some(Time(start));
         let s = spend(budget, world, start, now);
-        status.spend_usd = Some(Decimal::from_micros(s.usd_micros));
-        status.gpu_hours = Some(Decimal::from_micros(
+        let spend_usd = Decimal::from_micros(s.usd_micros);
+        let gpu_hours = Decimal::from_micros(
             i64::try_from(i128::from(s.gpu_seconds) * i128::from(MICROS) / 3600)
                 .unwrap_or(i64::MAX),
-        ));
+        );
+        status.spend_usd = Some(spend_usd.clone());
+        status.gpu_hours = Some(gpu_hours.clone());
         status.uncounted_currencies = s.uncounted;
         let elapsed = now.duration_since(start).as_secs();
         let length = end.duration_since(start).as_secs();
@@ -276,6 +332,13 @@ impl crate::Reconcile for BudgetReconciler {
             BudgetState::Ok
         };
         status.state = Some(state);
+        let crossing = Crossing {
+            percent: used,
+            spend_usd,
+            gpu_hours,
+            period_start: start,
+            now,
+        };
         for a in &crossed {
             if !status.alerted_thresholds.contains(&a.threshold) {
                 status.alerted_thresholds.push(a.threshold);
@@ -288,40 +351,305 @@ impl crate::Reconcile for BudgetReconciler {
                         budget.spec.period.type_,
                         budget.spec.scope.name,
                         a.threshold,
-                        status.spend_usd.as_ref().map_or("0", Decimal::as_str),
-                        status.gpu_hours.as_ref().map_or("0", Decimal::as_str),
+                        crossing.spend_usd.as_str(),
+                        crossing.gpu_hours.as_str(),
                     ),
                 );
+                self.raise_alerts(&mut plan, budget, a, &crossing, &mut status.deliveries);
             }
         }
         status.alerted_thresholds.sort_unstable();
-        let (cs, reason, message) = match state {
-            BudgetState::Blocked => (
-                Status::False,
-                "Blocked",
-                format!(
-                    "{used} % of the limit: new jobs in the scope are rejected by the admission gate"
-                ),
-            ),
-            BudgetState::Exceeded => (Status::True, "Exceeded", format!("{used} % of the limit")),
-            _ => (Status::True, "Counted", format!("{used} % of the limit")),
-        };
-        conditions::set(
-            &mut status.conditions,
-            conditions::new(
-                conditions::READY,
-                cs,
-                reason,
-                message,
-                budget.metadata.generation,
-                now,
-            ),
-        );
+        conditions::set(&mut status.conditions, ready(budget, state, used, now));
+        self.send_due(&mut plan, budget, &mut status.deliveries, now);
+        delivery::prune(&mut status.deliveries);
         plan.set_status_if_changed(budget.status.as_ref(), status);
         let to_end = Duration::try_from(end.duration_since(now)).unwrap_or(REFRESH);
         plan.requeue(REFRESH.min(to_end.max(Duration::from_secs(1))));
         plan
     }
+
+    fn record_deliveries(
+        &self,
+        budget: &GryviaBudget,
+        plan: &mut Plan<GryviaBudgetStatus>,
+        deliveries: &[Delivery],
+        now: Timestamp,
+    ) -> bool {
+        let status = plan
+            .status
+            .get_or_insert_with(|| budget.status.clone().unwrap_or_default());
+        let outcomes = delivery::record_all(
+            &mut status.deliveries,
+            deliveries,
+            self.alerts.max_attempts,
+            now,
+        );
+        let gave_up: Vec<String> = outcomes
+            .gave_up
+            .iter()
+            .filter_map(|(id, why)| {
+                let d = status.deliveries.iter().find(|d| &d.id == id)?;
+                Some(format!(
+                    "{} alert of the {} % threshold: gave up after {} attempts, last: {why}",
+                    channel_text(d.channel),
+                    d.threshold,
+                    d.attempts
+                ))
+            })
+            .collect();
+        if let Some(wait) = outcomes.retry_in {
+            plan.requeue(wait);
+        }
+        for message in gave_up {
+            plan.event(EventType::Warning, "AlertDeliveryFailed", message);
+        }
+        true
+    }
+}
+
+/// Where spend stood when thresholds were crossed.
+#[derive(Clone, Debug)]
+struct Crossing {
+    percent: i64,
+    spend_usd: Decimal,
+    gpu_hours: Decimal,
+    period_start: Timestamp,
+    now: Timestamp,
+}
+
+fn channel_text(channel: AlertChannel) -> &'static str {
+    match channel {
+        AlertChannel::Webhook => "webhook",
+        AlertChannel::Email => "e-mail",
+    }
+}
+
+/// The id of the alert of `threshold` on `channel` in the period starting at `period_start`:
+/// the same on every attempt and every reconcile.
+pub fn alert_id(
+    budget: &GryviaBudget,
+    period_start: Timestamp,
+    threshold: i32,
+    channel: AlertChannel,
+) -> String {
+    let uid = budget.metadata.uid.as_deref().unwrap_or_default();
+    let channel = match channel {
+        AlertChannel::Webhook => "webhook",
+        AlertChannel::Email => "email",
+    };
+    format!("{uid}.{}.{threshold}.{channel}", period_start.as_second())
+}
+
+/// The JSON body of a webhook alert (the same on every attempt).
+pub fn alert_body(budget: &GryviaBudget, d: &AlertDelivery) -> serde_json::Value {
+    let limits = &budget.spec.limits;
+    serde_json::json!({
+        "id": d.id,
+        "type": "budget.threshold",
+        "time": d.time,
+        "budget": {"name": budget.metadata.name, "uid": budget.metadata.uid},
+        "scope": {"type": scope_text(budget), "name": budget.spec.scope.name},
+        "period": {"type": budget.spec.period.type_, "start": d.period_start},
+        "threshold": d.threshold,
+        "percent": d.percent,
+        "spendUSD": d.spend_usd,
+        "gpuHours": d.gpu_hours,
+        "limits": {"costUSD": limits.cost_usd, "gpuHours": limits.gpu_hours},
+        "actions": budget.spec.alerts.iter()
+            .find(|a| a.threshold == d.threshold)
+            .map(|a| a.actions.clone())
+            .unwrap_or_default(),
+    })
+}
+
+/// The subject and text of an e-mail alert.
+pub fn alert_email(budget: &GryviaBudget, d: &AlertDelivery) -> (String, String) {
+    let name = budget.metadata.name.as_deref().unwrap_or_default();
+    let subject = format!(
+        "[Gryvia] budget {name}: {} % threshold crossed ({} % of the limit)",
+        d.threshold, d.percent
+    );
+    let limits = &budget.spec.limits;
+    let limit =
+        |v: Option<i64>, unit: &str| v.map_or_else(|| "none".to_owned(), |v| format!("{v} {unit}"));
+    let blocks = budget
+        .spec
+        .alerts
+        .iter()
+        .any(|a| a.threshold == d.threshold && a.actions.contains(&AlertAction::Block));
+    let mut text = format!(
+        "The {:?} budget {name} of {} {} crossed its {} % threshold at {}.\n\n\
+         Utilisation: {} % of the limit\n\
+         Spend: {} USD (limit: {})\n\
+         GPU-hours: {} (limit: {})\n\
+         Period started: {}\n",
+        budget.spec.period.type_,
+        scope_text(budget),
+        budget.spec.scope.name,
+        d.threshold,
+        d.time.0,
+        d.percent,
+        d.spend_usd.as_str(),
+        limit(limits.cost_usd, "USD"),
+        d.gpu_hours.as_str(),
+        limit(limits.gpu_hours, "GPU-hours"),
+        d.period_start.0,
+    );
+    if blocks && d.percent >= 100 {
+        text.push_str("\nNew GPU jobs in this scope are rejected by the admission gate.\n");
+    }
+    text.push_str(&format!("\nAlert id: {}\n", d.id));
+    (subject, text)
+}
+
+impl BudgetReconciler {
+    /// Adds a pending delivery of the alert of `alert` crossed now to `log` for each of its
+    /// channels that can be sent; an Event for each that cannot.
+    fn raise_alerts(
+        &self,
+        plan: &mut Plan<GryviaBudgetStatus>,
+        budget: &GryviaBudget,
+        alert: &BudgetAlert,
+        c: &Crossing,
+        log: &mut Vec<AlertDelivery>,
+    ) {
+        let mut not_sent = |why: String| {
+            plan.event(
+                EventType::Warning,
+                "AlertNotSent",
+                format!("the {} % threshold's alert: {why}", alert.threshold),
+            );
+        };
+        for channel in [AlertChannel::Webhook, AlertChannel::Email] {
+            let action = match channel {
+                AlertChannel::Webhook => AlertAction::Webhook,
+                AlertChannel::Email => AlertAction::Email,
+            };
+            if !alert.actions.contains(&action) {
+                continue;
+            }
+            match (
+                channel,
+                self.alerts.webhook.is_some(),
+                self.alerts.recipients(budget),
+            ) {
+                (AlertChannel::Webhook, false, _) => {
+                    not_sent(
+                        "action webhook, but the quota-operator has no --budget-webhook-url"
+                            .to_owned(),
+                    );
+                    continue;
+                }
+                (AlertChannel::Email, _, None) => {
+                    not_sent(
+                        "action email, but the quota-operator has no --smtp-server".to_owned(),
+                    );
+                    continue;
+                }
+                (AlertChannel::Email, _, Some(to)) if to.is_empty() => {
+                    not_sent("action email, but nobody to send it to (spec.emailRecipients, the quota-operator's --budget-email-to)".to_owned());
+                    continue;
+                }
+                _ => {}
+            }
+            let id = alert_id(budget, c.period_start, alert.threshold, channel);
+            if log.iter().any(|d| d.id == id) {
+                continue;
+            }
+            log.push(AlertDelivery {
+                id,
+                channel,
+                threshold: alert.threshold,
+                percent: c.percent,
+                spend_usd: c.spend_usd.clone(),
+                gpu_hours: c.gpu_hours.clone(),
+                period_start: Time(c.period_start),
+                time: Time(c.now),
+                attempts: 0,
+                last_attempt: None,
+                response_code: None,
+                error: None,
+                state: DeliveryState::Pending,
+            });
+        }
+    }
+
+    /// Sends the due pending deliveries of `log` (a channel the operator no longer has gives
+    /// its deliveries up), and asks to be woken for the rest.
+    fn send_due(
+        &self,
+        plan: &mut Plan<GryviaBudgetStatus>,
+        budget: &GryviaBudget,
+        log: &mut [AlertDelivery],
+        now: Timestamp,
+    ) {
+        let recipients = self.alerts.recipients(budget);
+        for d in log.iter_mut().filter(|d| d.state == DeliveryState::Pending) {
+            let gone = match d.channel {
+                AlertChannel::Webhook => self
+                    .alerts
+                    .webhook
+                    .is_none()
+                    .then_some("--budget-webhook-url"),
+                AlertChannel::Email => recipients
+                    .as_ref()
+                    .is_none_or(Vec::is_empty)
+                    .then_some("--smtp-server or recipients"),
+            };
+            if let Some(what) = gone {
+                d.state = DeliveryState::GaveUp;
+                d.error = Some(format!("the quota-operator no longer has {what}"));
+            }
+        }
+        let (send, wake) = delivery::due(log, now);
+        for d in send {
+            match (d.channel, &self.alerts.webhook, &recipients) {
+                (AlertChannel::Webhook, Some(w), _) => plan.notifications.push(Notification {
+                    id: d.id.clone(),
+                    url: w.url.clone(),
+                    secret: w.secret.clone(),
+                    body: alert_body(budget, d),
+                    timeout_ms: None,
+                }),
+                (AlertChannel::Email, _, Some(to)) => {
+                    let (subject, text) = alert_email(budget, d);
+                    plan.emails.push(Email {
+                        id: d.id.clone(),
+                        to: to.clone(),
+                        subject,
+                        text,
+                    });
+                }
+                _ => {}
+            }
+        }
+        if let Some(wait) = wake {
+            plan.requeue(wait);
+        }
+    }
+}
+
+/// The Ready condition of a budget in `state` at `used` percent.
+fn ready(budget: &GryviaBudget, state: BudgetState, used: i64, now: Timestamp) -> Condition {
+    let (cs, reason, message) = match state {
+        BudgetState::Blocked => (
+            Status::False,
+            "Blocked",
+            format!(
+                "{used} % of the limit: new jobs in the scope are rejected by the admission gate"
+            ),
+        ),
+        BudgetState::Exceeded => (Status::True, "Exceeded", format!("{used} % of the limit")),
+        _ => (Status::True, "Counted", format!("{used} % of the limit")),
+    };
+    conditions::new(
+        conditions::READY,
+        cs,
+        reason,
+        message,
+        budget.metadata.generation,
+        now,
+    )
 }
 
 fn scope_text(budget: &GryviaBudget) -> &'static str {
@@ -492,7 +820,7 @@ mod tests {
             )],
             skus: skus(),
         };
-        let plan = BudgetReconciler.reconcile(&b, &world, now);
+        let plan = BudgetReconciler::default().reconcile(&b, &world, now);
         let st = plan.status.clone().unwrap();
         assert_eq!(st.state, Some(BudgetState::Ok));
         assert_eq!(st.spend_usd.as_ref().unwrap().as_str(), "40");
@@ -515,7 +843,7 @@ mod tests {
             "2026-08-02T00:00:00Z",
             Some("2026-08-02T05:00:00Z"),
         ));
-        let plan = BudgetReconciler.reconcile(&b, &world, now);
+        let plan = BudgetReconciler::default().reconcile(&b, &world, now);
         let st = plan.status.clone().unwrap();
         assert_eq!(st.state, Some(BudgetState::Warning));
         assert_eq!(st.alerted_thresholds, [50]);
@@ -528,7 +856,7 @@ mod tests {
             plan.events[0].message
         );
         b.status = Some(st);
-        let again = BudgetReconciler.reconcile(&b, &world, now);
+        let again = BudgetReconciler::default().reconcile(&b, &world, now);
         assert!(
             again.events.is_empty() && again.status.is_none(),
             "{:?}",
@@ -543,12 +871,15 @@ mod tests {
             "2026-08-03T00:00:00Z",
             Some("2026-08-03T10:00:00Z"),
         ));
-        let st = BudgetReconciler.reconcile(&b, &world, now).status.unwrap();
+        let st = BudgetReconciler::default()
+            .reconcile(&b, &world, now)
+            .status
+            .unwrap();
         assert_eq!(st.state, Some(BudgetState::Exceeded));
         assert_eq!(st.alerted_thresholds, [50, 90]);
         let mut enforced = budget(serde_json::json!({"enforcement": {"enabled": true}}));
         enforced.status = b.status.clone();
-        let st = BudgetReconciler
+        let st = BudgetReconciler::default()
             .reconcile(&enforced, &world, now)
             .status
             .unwrap();
@@ -559,7 +890,7 @@ mod tests {
         let alert_blocks =
             budget(serde_json::json!({"alerts": [{"threshold": 100, "actions": ["block"]}]}));
         assert_eq!(
-            BudgetReconciler
+            BudgetReconciler::default()
                 .reconcile(&alert_blocks, &world, now)
                 .status
                 .unwrap()
@@ -570,13 +901,245 @@ mod tests {
         // Next month: thresholds alert again, the spend starts from zero.
         let mut b2 = enforced.clone();
         b2.status = Some(st);
-        let st = BudgetReconciler
+        let st = BudgetReconciler::default()
             .reconcile(&b2, &world, ts("2026-09-01T00:30:00Z"))
             .status
             .unwrap();
         assert_eq!(st.state, Some(BudgetState::Ok));
         assert!(st.alerted_thresholds.is_empty());
         assert_eq!(st.forecast_usd, None, "no forecast in the first hour");
+    }
+
+    fn alerting() -> BudgetReconciler {
+        BudgetReconciler {
+            alerts: AlertChannels {
+                webhook: Some(AlertWebhook {
+                    url: "https://alerts.example/budget".to_owned(),
+                    secret: Some((
+                        "gryvia-system".into(),
+                        "budget-hook".into(),
+                        "secret".into(),
+                    )),
+                }),
+                email_to: Some(vec![
+                    "ops@example.com".to_owned(),
+                    "lead@example.com".to_owned(),
+                ]),
+                max_attempts: 3,
+            },
+        }
+    }
+
+    fn sixty_dollars() -> BudgetWorld {
+        BudgetWorld {
+            records: vec![record(
+                "ml",
+                "h100",
+                1,
+                "2026-08-01T00:00:00Z",
+                Some("2026-08-01T15:00:00Z"),
+            )],
+            skus: skus(),
+        }
+    }
+
+    fn answer(id: &str, status: Option<u16>, error: Option<&str>) -> Delivery {
+        Delivery {
+            id: id.to_owned(),
+            status,
+            error: error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_crossed_threshold_is_posted_and_mailed_once_with_a_stable_id() {
+        let r = alerting();
+        let mut b = budget(serde_json::json!({
+            "alerts": [{"threshold": 50, "actions": ["webhook", "email"]}],
+            "emailRecipients": ["lead@example.com"],
+        }));
+        b.metadata.uid = Some("b-uid".into());
+        let world = sixty_dollars();
+        let now = ts("2026-08-11T00:00:00Z");
+        let mut plan = r.reconcile(&b, &world, now);
+        let period = ts("2026-08-01T00:00:00Z").as_second();
+        let hook_id = format!("b-uid.{period}.50.webhook");
+        let mail_id = format!("b-uid.{period}.50.email");
+        assert_eq!(plan.notifications.len(), 1);
+        let n = &plan.notifications[0];
+        assert_eq!(n.id, hook_id);
+        assert_eq!(n.url, "https://alerts.example/budget");
+        assert_eq!(
+            n.secret,
+            Some((
+                "gryvia-system".into(),
+                "budget-hook".into(),
+                "secret".into()
+            ))
+        );
+        assert_eq!(n.body["type"], "budget.threshold");
+        assert_eq!(n.body["threshold"], 50);
+        assert_eq!(n.body["percent"], 60);
+        assert_eq!(n.body["spendUSD"], "60");
+        assert_eq!(
+            n.body["scope"],
+            serde_json::json!({"type": "tenant", "name": "ml"})
+        );
+        assert_eq!(n.body["actions"], serde_json::json!(["webhook", "email"]));
+        assert_eq!(plan.emails.len(), 1);
+        let m = &plan.emails[0];
+        assert_eq!(m.id, mail_id);
+        assert_eq!(
+            m.to,
+            ["lead@example.com", "ops@example.com"],
+            "each once, the budget's first"
+        );
+        assert_eq!(
+            m.subject,
+            "[Gryvia] budget ml-monthly: 50 % threshold crossed (60 % of the limit)"
+        );
+        assert!(
+            m.text.contains("Spend: 60 USD (limit: 100 USD)"),
+            "{}",
+            m.text
+        );
+        let st = plan.status.as_ref().unwrap();
+        assert_eq!(st.deliveries.len(), 2);
+        assert!(
+            st.deliveries
+                .iter()
+                .all(|d| d.state == DeliveryState::Pending)
+        );
+
+        // The webhook answered, the mail server refused: only the e-mail is tried again, after
+        // the backoff.
+        assert!(r.record_deliveries(
+            &b,
+            &mut plan,
+            &[
+                answer(&hook_id, Some(200), None),
+                answer(&mail_id, Some(451), Some("SMTP server mail:25: try later")),
+            ],
+            now,
+        ));
+        assert_eq!(plan.requeue_after(), Some(Duration::from_secs(5)));
+        let st = plan.status.clone().unwrap();
+        assert_eq!(st.deliveries[0].state, DeliveryState::Delivered);
+        assert_eq!(st.deliveries[1].state, DeliveryState::Pending);
+        assert_eq!(st.deliveries[1].response_code, Some(451));
+        b.status = Some(st);
+        let soon = r.reconcile(&b, &world, ts("2026-08-11T00:00:02Z"));
+        assert!(soon.notifications.is_empty() && soon.emails.is_empty());
+        assert!(soon.events.is_empty(), "the threshold alerts once");
+        assert_eq!(soon.requeue_after(), Some(Duration::from_secs(3)));
+        let later = r.reconcile(&b, &world, ts("2026-08-11T00:00:05Z"));
+        assert!(later.notifications.is_empty());
+        assert_eq!(later.emails.len(), 1);
+        assert_eq!(
+            later.emails[0], plan.emails[0],
+            "the same message on every attempt"
+        );
+    }
+
+    #[test]
+    fn a_delivery_out_of_attempts_is_given_up_with_a_warning() {
+        let mut r = alerting();
+        r.alerts.max_attempts = 1;
+        let b = budget(serde_json::json!({"alerts": [{"threshold": 50, "actions": ["webhook"]}]}));
+        let now = ts("2026-08-11T00:00:00Z");
+        let mut plan = r.reconcile(&b, &sixty_dollars(), now);
+        let id = plan.notifications[0].id.clone();
+        r.record_deliveries(
+            &b,
+            &mut plan,
+            &[answer(&id, None, Some("connection refused"))],
+            now,
+        );
+        let st = plan.status.clone().unwrap();
+        assert_eq!(st.deliveries[0].state, DeliveryState::GaveUp);
+        let warning = plan
+            .events
+            .iter()
+            .find(|e| e.reason == "AlertDeliveryFailed")
+            .unwrap();
+        assert_eq!(
+            warning.message,
+            "webhook alert of the 50 % threshold: gave up after 1 attempts, last: connection refused"
+        );
+    }
+
+    #[test]
+    fn an_alert_without_its_channel_says_why_and_a_channel_gone_gives_up_its_deliveries() {
+        let b = budget(serde_json::json!({
+            "alerts": [{"threshold": 50, "actions": ["webhook", "email"]}],
+        }));
+        let now = ts("2026-08-11T00:00:00Z");
+        let plan = BudgetReconciler::default().reconcile(&b, &sixty_dollars(), now);
+        let not_sent: Vec<&str> = plan
+            .events
+            .iter()
+            .filter(|e| e.reason == "AlertNotSent")
+            .map(|e| e.message.as_str())
+            .collect();
+        assert_eq!(
+            not_sent,
+            [
+                "the 50 % threshold's alert: action webhook, but the quota-operator has no --budget-webhook-url",
+                "the 50 % threshold's alert: action email, but the quota-operator has no --smtp-server",
+            ]
+        );
+        assert!(plan.status.unwrap().deliveries.is_empty());
+
+        let mut no_one = alerting();
+        no_one.alerts.email_to = Some(Vec::new());
+        let plan = no_one.reconcile(&b, &sixty_dollars(), now);
+        assert!(
+            plan.events
+                .iter()
+                .any(|e| e.message.contains("nobody to send it to"))
+        );
+
+        // Logged while the webhook was configured, then the operator lost the flag.
+        let mut logged = b.clone();
+        logged.status = alerting().reconcile(&b, &sixty_dollars(), now).status;
+        let plan = BudgetReconciler::default().reconcile(&logged, &sixty_dollars(), now);
+        let st = plan.status.unwrap();
+        assert!(plan.notifications.is_empty() && plan.emails.is_empty());
+        assert!(
+            st.deliveries
+                .iter()
+                .all(|d| d.state == DeliveryState::GaveUp)
+        );
+        assert_eq!(
+            st.deliveries[0].error.as_deref(),
+            Some("the quota-operator no longer has --budget-webhook-url")
+        );
+    }
+
+    #[test]
+    fn the_next_period_alerts_again_under_new_ids() {
+        let r = alerting();
+        let mut b =
+            budget(serde_json::json!({"alerts": [{"threshold": 50, "actions": ["webhook"]}]}));
+        b.metadata.uid = Some("b-uid".into());
+        let mut world = sixty_dollars();
+        let now = ts("2026-08-11T00:00:00Z");
+        let mut plan = r.reconcile(&b, &world, now);
+        let id = plan.notifications[0].id.clone();
+        r.record_deliveries(&b, &mut plan, &[answer(&id, Some(204), None)], now);
+        b.status = plan.status;
+        world.records.push(record(
+            "ml",
+            "h100",
+            1,
+            "2026-09-01T00:00:00Z",
+            Some("2026-09-01T15:00:00Z"),
+        ));
+        let next = r.reconcile(&b, &world, ts("2026-09-02T00:00:00Z"));
+        let ids: Vec<&str> = next.notifications.iter().map(|n| n.id.as_str()).collect();
+        let september = ts("2026-09-01T00:00:00Z").as_second();
+        assert_eq!(ids, [format!("b-uid.{september}.50.webhook")]);
+        assert_eq!(next.status.unwrap().deliveries.len(), 2);
     }
 
     #[test]
@@ -594,7 +1157,7 @@ mod tests {
             )],
             skus: skus(),
         };
-        let st = BudgetReconciler
+        let st = BudgetReconciler::default()
             .reconcile(&b, &world, ts("2026-08-11T00:00:00Z"))
             .status
             .unwrap();

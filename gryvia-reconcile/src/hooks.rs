@@ -5,7 +5,7 @@
 //! first (state `Pending`, a stable id the receiver can drop duplicates by); the executor
 //! POSTs the due ones and [`HookReconciler`]'s `record_deliveries` writes what came of each
 //! attempt: `Delivered` on a 2xx answer, otherwise another attempt after a backoff that doubles
-//! from [`FIRST_RETRY`] up to [`MAX_RETRY`], and `GaveUp` (with a Warning Event) after
+//! (the delivery log of [`crate::delivery`]), and `GaveUp` (with a Warning Event) after
 //! `spec.maxAttempts`.
 //!
 //! Which events were raised is remembered per object in `status.tracked`, so the status
@@ -27,18 +27,11 @@ use gryvia_types::{
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::delivery;
 use crate::{Delivery, EventType, Notification, Plan, Timestamp};
 
 /// How far `status.handledUntil` trails the controller's clock.
 pub const HANDLED_LAG: Duration = Duration::from_secs(300);
-/// Wait before the second attempt of a delivery; it doubles with every further attempt.
-pub const FIRST_RETRY: Duration = Duration::from_secs(5);
-/// The longest wait between two attempts.
-pub const MAX_RETRY: Duration = Duration::from_secs(300);
-/// Finished deliveries kept in the status (the newest; pending ones are always kept).
-pub const KEPT_DELIVERIES: usize = 100;
-/// Deliveries attempted in one reconcile (the rest follow right after).
-pub const BATCH: usize = 10;
 /// How often a hook whose signing key is missing looks again.
 pub const SECRET_RECHECK: Duration = Duration::from_secs(30);
 
@@ -184,28 +177,9 @@ pub fn selects(hook: &GryviaJobHook, s: &Subject) -> bool {
             .all(|(k, v)| s.labels.get(k) == Some(v))
 }
 
-/// The wait after `attempts` failed attempts before the next one.
-pub fn backoff(attempts: i32) -> Duration {
-    let doublings = u32::try_from(attempts.saturating_sub(1).clamp(0, 16)).unwrap_or(0);
-    FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
-}
-
-fn plus(t: Timestamp, d: Duration) -> Timestamp {
-    t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
-        .unwrap_or(t)
-}
-
 fn minus(t: Timestamp, d: Duration) -> Timestamp {
     t.checked_sub(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO))
         .unwrap_or(t)
-}
-
-/// When a pending delivery is due (now for a first attempt).
-fn due_at(d: &HookDelivery) -> Option<Timestamp> {
-    match &d.last_attempt {
-        Some(t) if d.attempts > 0 => Some(plus(t.0, backoff(d.attempts))),
-        _ => None,
-    }
 }
 
 /// What the hook has seen of `s` when it has no record of it.
@@ -372,7 +346,7 @@ fn track_subjects(
         match s.completion_time {
             Some(t) if rec.finished && t <= horizon.next_handled => {}
             Some(t) if rec.finished => {
-                let at = plus(t, HANDLED_LAG);
+                let at = delivery::plus(t, HANDLED_LAG);
                 prune_at = Some(prune_at.map_or(at, |p| p.min(at)));
                 status.tracked.push(rec);
             }
@@ -380,22 +354,6 @@ fn track_subjects(
         }
     }
     prune_at
-}
-
-/// Keeps every pending delivery and the newest [`KEPT_DELIVERIES`] finished ones.
-fn prune_deliveries(deliveries: &mut Vec<HookDelivery>) {
-    let done = deliveries
-        .iter()
-        .filter(|d| d.state != DeliveryState::Pending)
-        .count();
-    let mut drop = done.saturating_sub(KEPT_DELIVERIES);
-    deliveries.retain(|d| {
-        if drop > 0 && d.state != DeliveryState::Pending {
-            drop -= 1;
-            return false;
-        }
-        true
-    });
 }
 
 /// The Ready condition: whether the signing key can be read.
@@ -447,8 +405,8 @@ fn notification(hook: &GryviaJobHook, d: &HookDelivery) -> Notification {
     }
 }
 
-/// Sends the due pending deliveries (at most [`BATCH`]) when the key can be read, and asks to
-/// be woken for the rest.
+/// Sends the due pending deliveries (at most [`delivery::BATCH`]) when the key can be read,
+/// and asks to be woken for the rest.
 fn send_due(
     plan: &mut Plan<GryviaJobHookStatus>,
     hook: &GryviaJobHook,
@@ -456,23 +414,17 @@ fn send_due(
     can_send: bool,
     now: Timestamp,
 ) {
-    let mut sent = 0;
-    for d in deliveries
-        .iter()
-        .filter(|d| d.state == DeliveryState::Pending)
-    {
-        let due = due_at(d);
-        if !can_send {
+    if !can_send {
+        if deliveries.iter().any(|d| d.state == DeliveryState::Pending) {
             plan.requeue(SECRET_RECHECK);
-        } else if due.is_none_or(|t| t <= now) && sent < BATCH {
-            sent += 1;
-            plan.notifications.push(notification(hook, d));
-        } else {
-            let wait = due.map_or(Duration::from_secs(1), |t| {
-                Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
-            });
-            plan.requeue(wait.max(Duration::from_secs(1)));
         }
+        return;
+    }
+    let (send, wake) = delivery::due(deliveries, now);
+    plan.notifications
+        .extend(send.into_iter().map(|d| notification(hook, d)));
+    if let Some(wait) = wake {
+        plan.requeue(wait);
     }
 }
 
@@ -497,7 +449,7 @@ impl crate::Reconcile for HookReconciler {
         let horizon = Horizon::of(hook, now);
         let prune_at = track_subjects(hook, world, &mut status, horizon);
         status.handled_until = Some(Time(horizon.next_handled));
-        prune_deliveries(&mut status.deliveries);
+        delivery::prune(&mut status.deliveries);
         conditions::set(&mut status.conditions, ready(hook, &world.secret, now));
         let can_send = world.secret == SecretState::Present;
         send_due(&mut plan, hook, &status.deliveries, can_send, now);
@@ -524,36 +476,29 @@ impl crate::Reconcile for HookReconciler {
         let status = plan
             .status
             .get_or_insert_with(|| hook.status.clone().unwrap_or_default());
-        let mut gave_up = Vec::new();
-        let mut retry_in: Option<Duration> = None;
-        for outcome in deliveries {
-            let Some(d) = status.deliveries.iter_mut().find(|d| d.id == outcome.id) else {
-                continue;
-            };
-            d.attempts += 1;
-            d.last_attempt = Some(Time(now));
-            d.response_code = outcome.status.map(i32::from);
-            d.error = outcome.failure();
-            if outcome.succeeded() {
-                d.state = DeliveryState::Delivered;
-                status.delivered += 1;
-            } else if d.attempts >= hook.spec.max_attempts {
-                d.state = DeliveryState::GaveUp;
-                status.failed += 1;
-                gave_up.push(format!(
-                    "{} of {} {}: gave up after {} attempts, last: {}",
+        let outcomes = delivery::record_all(
+            &mut status.deliveries,
+            deliveries,
+            hook.spec.max_attempts,
+            now,
+        );
+        status.delivered += i64::try_from(outcomes.delivered).unwrap_or(i64::MAX);
+        status.failed += i64::try_from(outcomes.gave_up.len()).unwrap_or(i64::MAX);
+        let gave_up: Vec<String> = outcomes
+            .gave_up
+            .iter()
+            .filter_map(|(id, why)| {
+                let d = status.deliveries.iter().find(|d| &d.id == id)?;
+                Some(format!(
+                    "{} of {} {}: gave up after {} attempts, last: {why}",
                     event_slug(d.event, d.retry),
                     d.kind,
                     d.name,
                     d.attempts,
-                    d.error.clone().unwrap_or_default()
-                ));
-            } else {
-                let wait = backoff(d.attempts);
-                retry_in = Some(retry_in.map_or(wait, |r| r.min(wait)));
-            }
-        }
-        if let Some(wait) = retry_in {
+                ))
+            })
+            .collect();
+        if let Some(wait) = outcomes.retry_in {
             plan.requeue(wait);
         }
         for message in gave_up {
@@ -935,16 +880,16 @@ mod tests {
             .collect();
         let w = world(jobs);
         let plan = step(&mut h, &w, ts("2026-01-01T10:03:00Z"), Some(200));
-        assert_eq!(plan.notifications.len(), BATCH);
+        assert_eq!(plan.notifications.len(), delivery::BATCH);
         assert_eq!(plan.requeue_after(), Some(Duration::from_secs(1)));
         let mut t = ts("2026-01-01T10:03:00Z");
         for _ in 0..20 {
-            t = plus(t, Duration::from_secs(1));
+            t = delivery::plus(t, Duration::from_secs(1));
             step(&mut h, &w, t, Some(200));
         }
         let st = h.status.unwrap();
         assert_eq!(st.delivered, 150);
-        assert_eq!(st.deliveries.len(), KEPT_DELIVERIES);
+        assert_eq!(st.deliveries.len(), delivery::KEPT);
         assert_eq!(st.deliveries[0].name, "j050", "the oldest went first");
     }
 
@@ -958,14 +903,6 @@ mod tests {
         step(&mut h, &w, ts("2026-01-01T10:02:00Z"), Some(200));
         let again = HookReconciler.reconcile(&h, &w, ts("2026-01-01T10:02:01Z"));
         assert!(again.is_noop(), "{:?}", again.summary());
-    }
-
-    #[test]
-    fn the_backoff_doubles_up_to_its_cap() {
-        assert_eq!(backoff(1), Duration::from_secs(5));
-        assert_eq!(backoff(2), Duration::from_secs(10));
-        assert_eq!(backoff(4), Duration::from_secs(40));
-        assert_eq!(backoff(20), MAX_RETRY);
     }
 
     fn tracked(uid: &str) -> HookTracked {
@@ -1054,22 +991,6 @@ mod tests {
     }
 
     #[test]
-    fn pruning_keeps_pending_deliveries_and_the_newest_finished() {
-        let mut all: Vec<HookDelivery> = (0..KEPT_DELIVERIES + 2)
-            .map(|i| {
-                let mut d = pending(&format!("d{i}"));
-                d.state = DeliveryState::Delivered;
-                d
-            })
-            .collect();
-        all.insert(0, pending("open"));
-        prune_deliveries(&mut all);
-        assert_eq!(all.len(), KEPT_DELIVERIES + 1);
-        assert_eq!(all[0].id, "open");
-        assert_eq!(all[1].id, "d2");
-    }
-
-    #[test]
     fn ready_says_whether_the_signing_key_can_be_read() {
         let h = hook(&ALL);
         let now = ts("2026-01-01T11:00:00Z");
@@ -1099,10 +1020,12 @@ mod tests {
     fn due_deliveries_are_sent_in_batches_and_wait_without_the_key() {
         let h = hook(&ALL);
         let now = ts("2026-01-01T11:00:00Z");
-        let many: Vec<HookDelivery> = (0..BATCH + 1).map(|i| pending(&format!("d{i}"))).collect();
+        let many: Vec<HookDelivery> = (0..delivery::BATCH + 1)
+            .map(|i| pending(&format!("d{i}")))
+            .collect();
         let mut plan = Plan::new();
         send_due(&mut plan, &h, &many, true, now);
-        assert_eq!(plan.notifications.len(), BATCH);
+        assert_eq!(plan.notifications.len(), delivery::BATCH);
         assert_eq!(plan.requeue_after(), Some(Duration::from_secs(1)));
         let mut plan = Plan::new();
         send_due(&mut plan, &h, &many, false, now);

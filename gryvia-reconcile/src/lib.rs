@@ -21,6 +21,7 @@ pub mod admission;
 pub mod aijob;
 pub mod budget;
 pub mod cron;
+pub mod delivery;
 pub mod facts;
 pub mod health;
 pub mod hooks;
@@ -36,8 +37,8 @@ pub mod tenancy;
 pub mod workflow;
 
 pub use plan::{
-    Child, Delivery, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan, Taint,
-    TaintEffect,
+    Child, Delivery, Email, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan,
+    Taint, TaintEffect,
 };
 
 /// A point in time, passed into every reconcile.
@@ -101,11 +102,11 @@ pub trait Reconcile {
         None
     }
 
-    /// Records what came of the Plan's notifications in the Plan before the executor applies
-    /// it (its status, events, requeue).
+    /// Records what came of the Plan's notifications and e-mails in the Plan before the
+    /// executor applies it (its status, events, requeue).
     ///
-    /// The executor delivers a Plan's notifications before anything else and hands their
-    /// outcomes here. A controller that keeps its own delivery state (attempts, backoff, giving
+    /// The executor delivers a Plan's notifications and e-mails before anything else and hands
+    /// their outcomes here. A controller that keeps its own delivery state (attempts, backoff, giving
     /// up) records them and returns true. The default returns false: the executor then fails
     /// the reconcile when a delivery failed, so it is retried with backoff (at least once).
     fn record_deliveries(

@@ -282,16 +282,32 @@ pub struct Notification {
     pub timeout_ms: Option<u64>,
 }
 
-/// What came of delivering one [`Notification`].
+/// An e-mail, sent through the operator's SMTP server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Email {
+    /// Unique id: the Message-ID's local part, so receivers can drop duplicates.
+    pub id: String,
+    /// Recipients (addresses).
+    pub to: Vec<String>,
+    /// Subject line.
+    pub subject: String,
+    /// Plain-text body.
+    pub text: String,
+}
+
+/// What came of delivering one [`Notification`] or [`Email`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     /// The notification's id.
     pub id: String,
-    /// The receiver's HTTP status, when it answered.
+    /// The receiver's answer, when it answered: an HTTP status, or the SMTP server's reply code
+    /// to an e-mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// Why there was no answer (connection refused, timeout, the signing key unreadable).
+    /// Why it failed: no answer (connection refused, timeout, the signing key unreadable), or
+    /// the SMTP server's refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -306,8 +322,8 @@ impl Delivery {
     pub fn failure(&self) -> Option<String> {
         match (self.status, &self.error) {
             _ if self.succeeded() => None,
-            (Some(s), _) => Some(format!("answered HTTP {s}")),
-            (None, Some(e)) => Some(e.clone()),
+            (_, Some(e)) => Some(e.clone()),
+            (Some(s), None) => Some(format!("answered HTTP {s}")),
             (None, None) => Some("no answer".to_owned()),
         }
     }
@@ -346,6 +362,9 @@ pub struct Plan<S> {
     /// Webhooks to call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notifications: Vec<Notification>,
+    /// E-mails to send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emails: Vec<Email>,
     /// Reconcile again after this many milliseconds (on top of watch events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_after_ms: Option<u64>,
@@ -361,6 +380,7 @@ impl<S> Default for Plan<S> {
             evictions: Vec::new(),
             events: Vec::new(),
             notifications: Vec::new(),
+            emails: Vec::new(),
             requeue_after_ms: None,
         }
     }
@@ -381,6 +401,7 @@ impl<S> Plan<S> {
             && self.evictions.is_empty()
             && self.events.is_empty()
             && self.notifications.is_empty()
+            && self.emails.is_empty()
     }
 
     /// When to reconcile again.
@@ -456,6 +477,7 @@ impl<S> Plan<S> {
         self.evictions.extend(other.evictions);
         self.events.extend(other.events);
         self.notifications.extend(other.notifications);
+        self.emails.extend(other.emails);
         if let Some(after) = requeue {
             self.requeue(after);
         }
@@ -485,6 +507,7 @@ impl<S> Plan<S> {
             evictions: self.evictions,
             events: self.events,
             notifications: self.notifications,
+            emails: self.emails,
             requeue_after_ms: self.requeue_after_ms,
         }
     }
@@ -529,6 +552,9 @@ impl<S> Plan<S> {
         }
         for n in &self.notifications {
             lines.push(format!("notify {} ({})", n.url, n.id));
+        }
+        for m in &self.emails {
+            lines.push(format!("e-mail {} ({})", m.to.join(", "), m.id));
         }
         if let Some(ms) = self.requeue_after_ms {
             lines.push(format!("requeue after {ms}ms"));

@@ -51,6 +51,13 @@ pub struct GryviaBudgetSpec {
     /// Blocking of new jobs (acted on by the ai-operator's opt-in admission gate).
     #[serde(default)]
     pub enforcement: BudgetEnforcement,
+    /// Who gets the e-mail of alerts with the `email` action, besides the quota-operator's
+    /// `--budget-email-to`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(inner(regex(pattern = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"), length(max = 254)))]
+    pub email_recipients: Vec<String>,
 }
 
 /// Whose spend a budget counts.
@@ -137,9 +144,10 @@ pub struct BudgetAlert {
 pub enum AlertAction {
     /// A Kubernetes Event on the budget (always emitted).
     Event,
-    /// A signed JSON POST to the configured budget webhook.
+    /// A signed JSON POST to the quota-operator's budget webhook (`--budget-webhook-url`).
     Webhook,
-    /// Notify by e-mail, through the budget webhook's receiver (Gryvia sends no mail itself).
+    /// An e-mail to `emailRecipients` and the quota-operator's `--budget-email-to`, through
+    /// the SMTP server of its `--smtp-server`.
     Email,
     /// Block new jobs in the scope (with the admission gate enabled).
     Block,
@@ -197,9 +205,62 @@ pub struct GryviaBudgetStatus {
     /// Currencies of usage records that could not be counted (mixed currencies).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uncounted_currencies: Vec<String>,
+    /// Alert deliveries (webhook and e-mail) of threshold crossings: every pending one and
+    /// the newest finished ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<AlertDelivery>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One alert of a threshold crossing on one channel, delivered at least once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertDelivery {
+    /// Unique id (budget, period, threshold, channel), sent as `webhook-id` and
+    /// `X-Gryvia-Delivery` (or the e-mail's Message-ID) so receivers can drop duplicates.
+    pub id: String,
+    /// `webhook` or `email`.
+    pub channel: AlertChannel,
+    /// The threshold crossed, percent.
+    pub threshold: i32,
+    /// Utilisation when it was crossed, percent.
+    pub percent: i64,
+    /// Spend when it was crossed, US dollars.
+    #[serde(rename = "spendUSD")]
+    pub spend_usd: Decimal,
+    /// GPU-hours when it was crossed.
+    pub gpu_hours: Decimal,
+    /// Start of the period it was crossed in.
+    pub period_start: Time,
+    /// When it was crossed.
+    pub time: Time,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// When the last attempt was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<Time>,
+    /// The receiver's answer to the last attempt (HTTP status, or SMTP reply code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_code: Option<i32>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `Pending`, `Delivered` or `GaveUp`.
+    pub state: crate::ai::DeliveryState,
+}
+
+/// Where an alert goes.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertChannel {
+    /// The budget webhook.
+    Webhook,
+    /// E-mail.
+    Email,
 }
 
 /// Budget state.

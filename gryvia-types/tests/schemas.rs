@@ -165,6 +165,18 @@ fn budget_alert_threshold_over_1000_is_rejected() {
 }
 
 #[test]
+fn a_budget_email_recipient_that_is_not_an_address_is_rejected() {
+    let err = reject(
+        &validator(),
+        "apiVersion: gryvia.io/v1alpha1\nkind: GryviaBudget\nmetadata: {name: b}\nspec: {scope: {type: team, name: a}, period: {type: monthly}, limits: {costUSD: 10}, emailRecipients: [finance]}",
+    );
+    assert!(
+        err.contains("spec.emailRecipients[0]: Invalid value: \"finance\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn cross_field_rules_are_enforced_with_their_messages() {
     let v = validator();
     let docs = load("invalid/cases.yaml");

@@ -13,6 +13,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::receivers::{StandardGot, StandardReceiver};
 use gryvia_testsupport::{
     KwokNodes, NODE_GROUP_LABEL, NODE_GROUP_TAINT, Process, ServiceAccountAccess, TestNamespace,
     free_port, unique, wait_for,
@@ -1043,86 +1044,6 @@ fn event_of(r: &Received) -> (String, String) {
         None => body["event"].as_str().unwrap().to_owned(),
     };
     (name, event)
-}
-
-/// The Python receiver of `tests/receivers/standard_webhooks.py`, which verifies every delivery
-/// with PyPI `standardwebhooks` (installed by `scripts/setup`).
-struct StandardReceiver {
-    url: String,
-    log: std::path::PathBuf,
-    child: std::process::Child,
-}
-
-impl StandardReceiver {
-    fn start(secret: &str) -> StandardReceiver {
-        use std::io::BufRead;
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/receivers/standard_webhooks.py"
-        );
-        let log = std::env::temp_dir().join(format!(
-            "gryvia-standard-webhooks-{}.jsonl",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&log);
-        let mut child = std::process::Command::new("python3")
-            .arg(script)
-            .arg(secret)
-            .arg(&log)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("python3 runs the Standard Webhooks receiver: {e}"));
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap_or_else(|e| panic!("the receiver prints its port: {e}"));
-        let port: u16 = line.trim().parse().unwrap_or_else(|_| {
-            panic!("the receiver did not start (is PyPI standardwebhooks installed? scripts/setup): {line:?}")
-        });
-        StandardReceiver {
-            url: format!("http://127.0.0.1:{port}"),
-            log,
-            child,
-        }
-    }
-
-    /// Every request it got.
-    fn got(&self) -> Vec<StandardGot> {
-        use base64::Engine as _;
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                StandardGot {
-                    id: v["id"].as_str().unwrap().to_owned(),
-                    answer: u16::try_from(v["answer"].as_u64().unwrap()).unwrap(),
-                    headers: serde_json::from_value(v["headers"].clone()).unwrap(),
-                    body: base64::engine::general_purpose::STANDARD
-                        .decode(v["body"].as_str().unwrap())
-                        .unwrap(),
-                }
-            })
-            .collect()
-    }
-}
-
-/// One request the Standard Webhooks receiver got: its `webhook-id`, its answer (200
-/// verified, 409 replayed, 400 refused), its headers (lower-case) and body.
-#[derive(Clone, Debug)]
-struct StandardGot {
-    id: String,
-    answer: u16,
-    headers: BTreeMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Drop for StandardReceiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
 }
 
 #[tokio::test]

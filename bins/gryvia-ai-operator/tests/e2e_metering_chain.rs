@@ -1,8 +1,10 @@
-//! End-to-end: the whole metering -> budget -> admission gate chain against a real control
-//! plane (testenv/), with both operator binaries running: the quota-operator with `--metering`
-//! and the ai-operator (under the RBAC of `deploy/ai-operator`) with its admission webhooks and
-//! `--admission-gate`. The test writes only a GryviaGpuSku, a GryviaBudget and the jobs; the
-//! usage record, its price, the budget's state and the rejection are the operators' work.
+//! End-to-end: the whole metering -> budget -> alerts -> admission gate chain against a real
+//! control plane (testenv/), with both operator binaries running: the quota-operator with
+//! `--metering` and its budget alerts going to real receivers (a Standard Webhooks verifier and
+//! an SMTP server), and the ai-operator (under the RBAC of `deploy/ai-operator`) with its
+//! admission webhooks and `--admission-gate`. The test writes only a GryviaGpuSku, a
+//! GryviaBudget, the webhook's signing Secret and the jobs; the usage record, its price, the
+//! budget's state, the alerts and the rejection are the operators' work.
 //!
 //! The quota-operator binary is the one cargo built next to this package's ai-operator
 //! (`cargo test --workspace` builds both; with `-p gryvia-ai-operator` build it first with
@@ -14,11 +16,13 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::receivers::{SmtpReceiver, StandardReceiver};
 use gryvia_testsupport::{
     KwokNodes, NODE_GROUP_TAINT, Process, TestNamespace, free_port, unique, wait_for,
 };
 use gryvia_types::{
-    BudgetState, GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaUsageRecord, JobPhase,
+    AlertChannel, BudgetState, DeliveryState, GryviaAIJob, GryviaBudget, GryviaBudgetStatus,
+    GryviaGpuSku, GryviaUsageRecord, JobPhase,
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -104,7 +108,8 @@ impl Drop for JobFinalizers {
     clippy::too_many_lines,
     reason = "one end-to-end scenario, read top to bottom"
 )]
-async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_in_its_scope() {
+async fn a_metered_gpu_job_alerts_and_blocks_its_budget_and_the_gate_then_rejects_new_jobs_in_its_scope()
+ {
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
@@ -148,7 +153,27 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
             &serde_json::from_value(json!({
                 "metadata": {"name": objects.budget},
                 "spec": {"scope": {"type": "namespace", "name": ns.name}, "period": {"type": "monthly"},
-                         "limits": {"costUSD": 5}, "enforcement": {"enabled": true, "action": "block"}}
+                         "limits": {"costUSD": 5}, "enforcement": {"enabled": true, "action": "block"},
+                         "alerts": [{"threshold": 50, "actions": ["webhook", "email"]},
+                                    {"threshold": 100, "actions": ["block", "webhook", "email"]}],
+                         "emailRecipients": ["finance@gryvia.test"]}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    // The alerts' receivers: a webhook receiver that verifies every delivery with the Standard
+    // Webhooks reference library (up now), and an SMTP server on a port chosen now but started
+    // only once an e-mail has failed (so the log's retry is seen).
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let hooks = StandardReceiver::start(secret);
+    let smtp_port = free_port();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &lease_ns.name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "budget-alerts"}, "stringData": {"secret": secret}
             }))
             .unwrap(),
         )
@@ -156,10 +181,26 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
         .unwrap();
 
     // The operators.
+    let smtp_server = format!("127.0.0.1:{smtp_port}");
     let (_quota_operator, _) = Process::operator(
         quota_operator.to_str().unwrap(),
         &lease_ns.name,
-        &["--metering"],
+        &[
+            "--metering",
+            "--budget-webhook-url",
+            &hooks.url,
+            "--budget-webhook-allow-http",
+            "--budget-webhook-secret",
+            "budget-alerts",
+            "--smtp-server",
+            &smtp_server,
+            "--smtp-tls",
+            "none",
+            "--smtp-from",
+            "Gryvia <alerts@gryvia.test>",
+            "--budget-email-to",
+            "ops@gryvia.test",
+        ],
         None,
         "quota-operator-chain",
     )
@@ -305,6 +346,121 @@ async fn a_metered_gpu_job_blocks_its_budget_and_the_gate_then_rejects_new_jobs_
     assert_eq!(message.0, 403, "{message:?}");
     assert!(message.1.contains(&want), "{}", message.1);
     assert!(jobs.get_opt("second").await.unwrap().is_none());
+
+    // Alerted: both thresholds were crossed; the webhook got each alert once, verified, and
+    // the e-mails, refused while no SMTP server listened, went once it did.
+    let budget_uid = budgets
+        .get(&objects.budget)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let deliveries =
+        |st: &GryviaBudgetStatus, channel: AlertChannel| -> Vec<(i32, DeliveryState, i32)> {
+            let mut out: Vec<_> = st
+                .deliveries
+                .iter()
+                .filter(|d| d.channel == channel)
+                .map(|d| (d.threshold, d.state, d.attempts))
+                .collect();
+            out.sort_unstable_by_key(|d| d.0);
+            out
+        };
+    let failed_mail = wait_for("an e-mail attempt to fail", Duration::from_secs(60), || {
+        let (budgets, name) = (budgets.clone(), objects.budget.clone());
+        async move {
+            let st = budgets.get(&name).await.ok()?.status?;
+            st.deliveries
+                .iter()
+                .find(|d| d.channel == AlertChannel::Email && d.attempts >= 1)
+                .cloned()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(failed_mail.state, DeliveryState::Pending, "{failed_mail:?}");
+    assert!(
+        failed_mail
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&smtp_server),
+        "{failed_mail:?}"
+    );
+    let smtp = SmtpReceiver::start(smtp_port);
+    let st = wait_for("every alert delivered", Duration::from_secs(90), || {
+        let (budgets, name) = (budgets.clone(), objects.budget.clone());
+        async move {
+            let st = budgets.get(&name).await.ok()?.status?;
+            (st.deliveries.len() == 4
+                && st
+                    .deliveries
+                    .iter()
+                    .all(|d| d.state == DeliveryState::Delivered))
+            .then_some(st)
+        }
+    })
+    .await
+    .unwrap();
+    let webhooks = deliveries(&st, AlertChannel::Webhook);
+    assert_eq!(
+        webhooks,
+        [
+            (50, DeliveryState::Delivered, 1),
+            (100, DeliveryState::Delivered, 1)
+        ]
+    );
+    assert!(
+        deliveries(&st, AlertChannel::Email)
+            .iter()
+            .all(|d| d.2 >= 2)
+    );
+    let got = hooks.got();
+    assert_eq!(got.len(), 2, "each alert once: {got:?}");
+    let period = st.period_start.clone().unwrap().0.as_second();
+    for (g, threshold) in got.iter().zip([50, 100]) {
+        let body: serde_json::Value = serde_json::from_slice(&g.body).unwrap();
+        assert_eq!(g.answer, 200, "verified by standardwebhooks: {g:?}");
+        assert_eq!(g.id, format!("{budget_uid}.{period}.{threshold}.webhook"));
+        assert_eq!(body["type"], "budget.threshold");
+        assert_eq!(body["threshold"], threshold);
+        assert_eq!(body["budget"]["name"], objects.budget.as_str());
+        // Spend when the threshold was crossed: the job's cost, or part of it when a refresh
+        // came while it ran.
+        let spend: f64 = body["spendUSD"].as_str().unwrap().parse().unwrap();
+        let total: f64 = cost.as_str().parse().unwrap();
+        assert!(
+            spend >= f64::from(threshold) * 5.0 / 100.0 && spend <= total,
+            "{body}"
+        );
+    }
+    let mut mails = smtp.got();
+    mails.sort_by(|a, b| a.message_id.cmp(&b.message_id));
+    assert_eq!(mails.len(), 2, "each e-mail once: {mails:?}");
+    for (m, threshold) in mails.iter().zip([100, 50]) {
+        assert_eq!(m.from, "alerts@gryvia.test");
+        assert_eq!(m.to, ["finance@gryvia.test", "ops@gryvia.test"]);
+        assert_eq!(
+            m.message_id,
+            format!("<{budget_uid}.{period}.{threshold}.email@gryvia.io>")
+        );
+        assert!(
+            m.subject.starts_with(&format!(
+                "[Gryvia] budget {}: {threshold} % threshold crossed",
+                objects.budget
+            )),
+            "{m:?}"
+        );
+        assert!(m.text.contains(" USD (limit: 5 USD)"), "{m:?}");
+    }
+    assert!(
+        mails[0]
+            .text
+            .contains("New GPU jobs in this scope are rejected"),
+        "{:?}",
+        mails[0]
+    );
 
     // The job goes while the quota-operator runs: it removes its metering finalizer.
     jobs.delete("first", &DeleteParams::default())

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use gryvia_reconcile::budget::{BudgetReconciler, BudgetWorld};
+use gryvia_reconcile::budget::{AlertChannels, BudgetReconciler, BudgetWorld};
 use gryvia_reconcile::metering::Sku;
 use gryvia_types::{GryviaBudget, GryviaGpuSku, GryviaUsageRecord};
 use kube::runtime::controller::Controller;
@@ -14,6 +14,7 @@ use kube::runtime::reflector::Store;
 use super::{Running, Shared, all_of, changed, in_namespace, owned};
 use crate::Result;
 use crate::cache::wait_ready;
+use crate::mail::Mailer;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
 
 /// The GryviaGpuSku catalogue in `skus`, as metering and budgets price with it.
@@ -45,9 +46,19 @@ impl Observe for BudgetObserver {
     }
 }
 
+/// Where the budget controller sends alerts besides Events.
+#[derive(Clone, Debug, Default)]
+pub struct Alerts {
+    /// The channels the reconcile may use.
+    pub channels: AlertChannels,
+    /// What sends e-mail (with `channels.email_to` set).
+    pub mailer: Option<Mailer>,
+}
+
 /// The budget controller: a budget is reconciled when it changes, when a usage record of any
-/// scope or the catalogue changes, and every minute (its Plan's requeue).
-pub fn controller(shared: &Shared) -> Running {
+/// scope or the catalogue changes, and every minute (its Plan's requeue). Threshold alerts go
+/// to `alerts`' channels.
+pub fn controller(shared: &Shared, alerts: Alerts) -> Running {
     let c = &shared.caches;
     let budgets: Store<GryviaBudget> = c.store();
     let for_records = budgets.clone();
@@ -70,5 +81,14 @@ pub fn controller(shared: &Shared) -> Running {
         records: c.store(),
         skus: c.store(),
     };
-    Box::pin(run(ctrl, shared.context(BudgetReconciler, observer)))
+    let reconciler = BudgetReconciler {
+        alerts: alerts.channels,
+    };
+    let executor = shared
+        .executor(gryvia_reconcile::Reconcile::name(&reconciler))
+        .with_mailer(alerts.mailer);
+    Box::pin(run(
+        ctrl,
+        shared.context_with(reconciler, observer, executor),
+    ))
 }

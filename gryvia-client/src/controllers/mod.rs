@@ -71,9 +71,25 @@ impl Shared {
     /// The context of a controller: its executor applies under the reconciler's own name as
     /// field manager (one per controller), or only logs with `dry_run`.
     pub fn context<R: Reconcile, O>(&self, reconciler: R, observer: O) -> Arc<Context<R, O>> {
-        let executor = Executor::new(self.client.clone(), reconciler.name())
+        let executor = self.executor(reconciler.name());
+        self.context_with(reconciler, observer, executor)
+    }
+
+    /// The executor of a controller whose reconciler is named `name` (its field manager).
+    pub fn executor(&self, name: &str) -> Executor {
+        Executor::new(self.client.clone(), name)
             .dry_run(self.dry_run)
-            .with_caches(self.caches.clone());
+            .with_caches(self.caches.clone())
+    }
+
+    /// The context of a controller acting through `executor` (one of [`Shared::executor`],
+    /// set up further).
+    pub fn context_with<R: Reconcile, O>(
+        &self,
+        reconciler: R,
+        observer: O,
+        executor: Executor,
+    ) -> Arc<Context<R, O>> {
         Arc::new(Context::new(
             reconciler,
             observer,

@@ -1,6 +1,8 @@
 //! What the ai-operator's end-to-end tests share: the operator's RBAC and the GPU jobs they
 //! submit. Each test file uses part of it (`mod common;`).
 
+pub mod receivers;
+
 use gryvia_testsupport::{NODE_GROUP_TAINT, ServiceAccountAccess};
 use serde_json::{Value, json};
 
