@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use gryvia_types::{AlertDelivery, DeliveryState, HookDelivery};
+use gryvia_types::{AlertDelivery, DeliveryState, HookDelivery, WebhookDelivery};
 
 use crate::{Delivery, Timestamp};
 
@@ -75,6 +75,7 @@ macro_rules! entry {
 
 entry!(HookDelivery);
 entry!(AlertDelivery);
+entry!(WebhookDelivery);
 
 /// The wait after `attempts` failed attempts before the next one.
 pub fn backoff(attempts: i32) -> Duration {
@@ -85,6 +86,12 @@ pub fn backoff(attempts: i32) -> Duration {
 /// `t` plus `d` (`t` itself when that is out of range).
 pub fn plus(t: Timestamp, d: Duration) -> Timestamp {
     t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(t)
+}
+
+/// `t` minus `d` (`t` itself when that is out of range).
+pub fn minus(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_sub(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO))
         .unwrap_or(t)
 }
 

@@ -177,11 +177,6 @@ pub fn selects(hook: &GryviaJobHook, s: &Subject) -> bool {
             .all(|(k, v)| s.labels.get(k) == Some(v))
 }
 
-fn minus(t: Timestamp, d: Duration) -> Timestamp {
-    t.checked_sub(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO))
-        .unwrap_or(t)
-}
-
 /// What the hook has seen of `s` when it has no record of it.
 fn first_sight(s: &Subject, created: Timestamp, handled_until: Timestamp) -> HookTracked {
     let everything = HookTracked {
@@ -309,7 +304,7 @@ impl Horizon {
         Horizon {
             created,
             handled_until,
-            next_handled: handled_until.max(minus(now, HANDLED_LAG)),
+            next_handled: handled_until.max(delivery::minus(now, HANDLED_LAG)),
         }
     }
 }

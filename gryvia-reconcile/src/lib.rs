@@ -25,6 +25,7 @@ pub mod delivery;
 pub mod facts;
 pub mod health;
 pub mod hooks;
+pub mod invoice;
 pub mod kueue;
 pub mod maintenance;
 pub mod metering;

@@ -406,7 +406,8 @@ fn default_currency() -> String {
 // GryviaInvoice
 // ---------------------------------------------------------------------------------------------
 
-/// A tenant's estimated charges for a period, priced from usage records and the catalogue.
+/// A tenant's charges for a period, priced from usage records and the catalogue: open while
+/// the period runs, issued (final) once it has ended.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "gryvia.io",
@@ -451,7 +452,7 @@ pub struct InvoiceWebhook {
     /// Where to POST (https).
     #[schemars(regex(pattern = r"^https://[^\s]+$"))]
     pub url: String,
-    /// Secret with the HMAC key (in the operator's namespace).
+    /// Secret with the HMAC key (in the quota-operator's namespace).
     pub secret_ref: SecretKeyRef,
 }
 
@@ -462,15 +463,36 @@ pub struct GryviaInvoiceStatus {
     /// Where the invoice stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<InvoicePhase>,
-    /// One line per SKU.
+    /// When it was issued (its lines final from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_at: Option<Time>,
+    /// One line per SKU priced in the invoice's currency.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub line_items: Vec<InvoiceLine>,
-    /// Sum of the lines.
+    /// The charges per job (namespace, workload and SKU) that make up the lines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<InvoiceJob>,
+    /// Sum of the lines, in the invoice's currency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<Decimal>,
+    /// GPU-hours of every line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_hours: Option<Decimal>,
+    /// Usage priced in other currencies, listed per currency and not added to the total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_currencies: Vec<CurrencyAmount>,
+    /// Usage of SKUs missing from the catalogue: GPU-hours per SKU, not priced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced: Vec<UnpricedUsage>,
+    /// Usage records counted.
+    #[serde(default)]
+    pub records: i32,
     /// Whether the webhook accepted the invoice.
     #[serde(default)]
     pub webhook_delivered: bool,
+    /// The webhook delivery of the issued invoice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_delivery: Option<WebhookDelivery>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -483,6 +505,67 @@ pub enum InvoicePhase {
     Open,
     /// The period has ended; lines are final.
     Issued,
+}
+
+/// The charges of one job on one SKU within the invoice's period.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InvoiceJob {
+    /// Namespace of the job.
+    pub namespace: String,
+    /// Kind of the workload.
+    pub kind: String,
+    /// Name of the workload.
+    pub name: String,
+    /// GryviaGpuSku name.
+    pub sku: String,
+    /// GPU-hours within the period.
+    pub gpu_hours: Decimal,
+    /// What they cost, in the SKU's currency.
+    pub amount: Decimal,
+    /// The SKU's currency.
+    pub currency: String,
+}
+
+/// An amount in a currency.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrencyAmount {
+    /// ISO 4217 code.
+    pub currency: String,
+    /// The amount.
+    pub amount: Decimal,
+}
+
+/// Usage that could not be priced.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpricedUsage {
+    /// The SKU the records name.
+    pub sku: String,
+    /// GPU-hours within the period.
+    pub gpu_hours: Decimal,
+}
+
+/// One outbound webhook delivery, at least once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    /// Unique id, sent as `webhook-id` and `X-Gryvia-Delivery`.
+    pub id: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// When the last attempt was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<Time>,
+    /// HTTP status of the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_code: Option<i32>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `Pending`, `Delivered` or `GaveUp`.
+    pub state: crate::ai::DeliveryState,
 }
 
 /// One line of an invoice.

@@ -1,10 +1,11 @@
-//! End-to-end: the whole metering -> budget -> alerts -> admission gate chain against a real
-//! control plane (testenv/), with both operator binaries running: the quota-operator with
-//! `--metering` and its budget alerts going to real receivers (a Standard Webhooks verifier and
-//! an SMTP server), and the ai-operator (under the RBAC of `deploy/ai-operator`) with its
-//! admission webhooks and `--admission-gate`. The test writes only a GryviaGpuSku, a
-//! GryviaBudget, the webhook's signing Secret and the jobs; the usage record, its price, the
-//! budget's state, the alerts and the rejection are the operators' work.
+//! End-to-end: the whole metering -> budget -> alerts -> admission gate -> invoice chain against
+//! a real control plane (testenv/), with both operator binaries running: the quota-operator with
+//! `--metering --invoices` and its budget alerts going to real receivers (a Standard Webhooks
+//! verifier and an SMTP server), and the ai-operator (under the RBAC of `deploy/ai-operator`)
+//! with its admission webhooks and `--admission-gate`. The test writes only a GryviaGpuSku, a
+//! GryviaBudget, two GryviaTenants, an invoice, the webhook's signing Secret and the jobs; the
+//! usage record, its price, the budget's state, the alerts, the rejection, the invoices' lines
+//! and phases are the operators' work.
 //!
 //! The quota-operator binary is the one cargo built next to this package's ai-operator
 //! (`cargo test --workspace` builds both; with `-p gryvia-ai-operator` build it first with
@@ -22,7 +23,7 @@ use gryvia_testsupport::{
 };
 use gryvia_types::{
     AlertChannel, BudgetState, DeliveryState, GryviaAIJob, GryviaBudget, GryviaBudgetStatus,
-    GryviaGpuSku, GryviaUsageRecord, JobPhase,
+    GryviaGpuSku, GryviaInvoice, GryviaTenant, GryviaUsageRecord, InvoicePhase, JobPhase,
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -46,15 +47,19 @@ struct ClusterObjects {
     budget: String,
     records: Vec<String>,
     webhook: String,
+    invoices: Vec<String>,
+    tenants: Vec<String>,
 }
 
 impl Drop for ClusterObjects {
     fn drop(&mut self) {
-        let (sku, budget, records, webhook) = (
+        let (sku, budget, records, webhook, invoices, tenants) = (
             self.sku.clone(),
             self.budget.clone(),
             self.records.clone(),
             self.webhook.clone(),
+            self.invoices.clone(),
+            self.tenants.clone(),
         );
         gryvia_testsupport::on_drop(|client| async move {
             let dp = DeleteParams::default();
@@ -68,6 +73,16 @@ impl Drop for ClusterObjects {
             for r in records {
                 let _ = Api::<GryviaUsageRecord>::all(client.clone())
                     .delete(&r, &dp)
+                    .await;
+            }
+            for i in invoices {
+                let _ = Api::<GryviaInvoice>::all(client.clone())
+                    .delete(&i, &dp)
+                    .await;
+            }
+            for t in tenants {
+                let _ = Api::<GryviaTenant>::all(client.clone())
+                    .delete(&t, &dp)
                     .await;
             }
         });
@@ -108,7 +123,7 @@ impl Drop for JobFinalizers {
     clippy::too_many_lines,
     reason = "one end-to-end scenario, read top to bottom"
 )]
-async fn a_metered_gpu_job_alerts_and_blocks_its_budget_and_the_gate_then_rejects_new_jobs_in_its_scope()
+async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_jobs_and_its_invoice_lists_it()
  {
     let Some(client) = gryvia_testsupport::client().await else {
         return;
@@ -130,7 +145,57 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_and_the_gate_then_reject
         budget: unique("e2e-chain-budget"),
         webhook: unique("gryvia-e2e-chain"),
         records: Vec::new(),
+        invoices: Vec::new(),
+        tenants: Vec::new(),
     };
+    // The jobs' namespace belongs to a tenant (by the label metering and admission read), with
+    // an invoice made by hand for a period from a minute ago to 45 s from now, which the
+    // metered job falls in: made before the tenant, so the tenant's monthly invoice, which
+    // would count the same records, is refused for overlapping it.
+    let tenant = unique("e2e-chain");
+    let invoices: Api<GryviaInvoice> = Api::all(client.clone());
+    let invoice_name = unique("e2e-chain-invoice");
+    objects.invoices.push(invoice_name.clone());
+    let now = jiff::Timestamp::now().as_second();
+    invoices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": invoice_name},
+                "spec": {"tenant": tenant,
+                         "periodStart": jiff::Timestamp::from_second(now - 60).unwrap(),
+                         "periodEnd": jiff::Timestamp::from_second(now + 45).unwrap()}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // Creation times have whole seconds: the monthly invoices come a second later.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let tenants: Api<GryviaTenant> = Api::all(client.clone());
+    for t in [&tenant, &objects.sku] {
+        // The second tenant (named like the SKU, unique too) has no jobs: its monthly invoice
+        // stays open and empty.
+        objects.tenants.push(t.clone());
+        tenants
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": t}, "spec": {"displayName": t}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"gryvia.io/tenant": tenant}}})),
+        )
+        .await
+        .unwrap();
     let _finalizers = JobFinalizers(ns.name.clone());
 
     // 3600 a GPU-hour is 1 USD a GPU-second: one GPU for ten seconds costs 10 USD, twice the
@@ -182,25 +247,29 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_and_the_gate_then_reject
 
     // The operators.
     let smtp_server = format!("127.0.0.1:{smtp_port}");
-    let (_quota_operator, _) = Process::operator(
+    let quota_args = [
+        "--metering",
+        "--invoices",
+        "--invoice-grace-seconds",
+        "0",
+        "--budget-webhook-url",
+        &hooks.url,
+        "--budget-webhook-allow-http",
+        "--budget-webhook-secret",
+        "budget-alerts",
+        "--smtp-server",
+        &smtp_server,
+        "--smtp-tls",
+        "none",
+        "--smtp-from",
+        "Gryvia <alerts@gryvia.test>",
+        "--budget-email-to",
+        "ops@gryvia.test",
+    ];
+    let (quota_operator_process, _) = Process::operator(
         quota_operator.to_str().unwrap(),
         &lease_ns.name,
-        &[
-            "--metering",
-            "--budget-webhook-url",
-            &hooks.url,
-            "--budget-webhook-allow-http",
-            "--budget-webhook-secret",
-            "budget-alerts",
-            "--smtp-server",
-            &smtp_server,
-            "--smtp-tls",
-            "none",
-            "--smtp-from",
-            "Gryvia <alerts@gryvia.test>",
-            "--budget-email-to",
-            "ops@gryvia.test",
-        ],
+        &quota_args,
         None,
         "quota-operator-chain",
     )
@@ -460,6 +529,138 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_and_the_gate_then_reject
             .contains("New GPU jobs in this scope are rejected"),
         "{:?}",
         mails[0]
+    );
+
+    // Invoiced: once its period has ended, the invoice of the jobs' tenant lists exactly the
+    // metered job, priced as its record, and is issued.
+    let issued = wait_for("the invoice issued", Duration::from_secs(120), || {
+        let (invoices, name) = (invoices.clone(), invoice_name.clone());
+        async move {
+            let i = invoices.get(&name).await.ok()?;
+            (i.status.as_ref()?.phase == Some(InvoicePhase::Issued)).then_some(i)
+        }
+    })
+    .await
+    .unwrap();
+    let st = issued.status.clone().unwrap();
+    assert_eq!(st.records, 1, "{st:?}");
+    let jobs_listed: Vec<(&str, &str, &str, &str)> = st
+        .jobs
+        .iter()
+        .map(|j| {
+            (
+                j.namespace.as_str(),
+                j.kind.as_str(),
+                j.name.as_str(),
+                j.sku.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        jobs_listed,
+        [(
+            ns.name.as_str(),
+            "GryviaAIJob",
+            "first",
+            objects.sku.as_str()
+        )]
+    );
+    assert_eq!(st.jobs[0].amount, cost);
+    assert_eq!(st.total.as_ref(), Some(&cost));
+    assert_eq!(st.line_items.len(), 1);
+    assert_eq!(st.line_items[0].sku, objects.sku);
+    assert_eq!(st.line_items[0].unit_price.as_str(), "3600");
+    assert_eq!(st.line_items[0].amount, cost);
+
+    // Monthly: each tenant gets its invoice for this UTC month: the jobs' tenant's is refused
+    // for overlapping the one made by hand, the other tenant's is open.
+    let month_start =
+        gryvia_reconcile::budget::period(gryvia_types::PeriodType::Monthly, jiff::Timestamp::now())
+            .0;
+    let monthly = |t: &str| gryvia_reconcile::invoice::monthly_name(t, month_start);
+    objects.invoices.push(monthly(&tenant));
+    objects.invoices.push(monthly(&objects.sku));
+    let refused = wait_for(
+        "the overlapping monthly invoice refused",
+        Duration::from_secs(60),
+        || {
+            let (invoices, name) = (invoices.clone(), monthly(&tenant));
+            async move {
+                let st = invoices.get(&name).await.ok()?.status?;
+                let c = gryvia_types::conditions::find(&st.conditions, "Ready")?.clone();
+                (c.reason == "Overlaps").then_some((st, c.message))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        refused.0.line_items.is_empty() && refused.0.total.is_none(),
+        "{refused:?}"
+    );
+    assert!(
+        refused.1.starts_with(&format!(
+            "its period overlaps invoice {invoice_name} of tenant {tenant}"
+        )),
+        "{}",
+        refused.1
+    );
+    let open = wait_for(
+        "the other tenant's monthly invoice",
+        Duration::from_secs(60),
+        || {
+            let (invoices, name) = (invoices.clone(), monthly(&objects.sku));
+            async move {
+                let i = invoices.get(&name).await.ok()?;
+                (i.status.as_ref()?.phase == Some(InvoicePhase::Open)).then_some(i)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(open.spec.period_start.0, month_start);
+    assert_eq!(open.status.unwrap().total.unwrap().as_str(), "0");
+
+    // Issued means final: a new quota-operator reconciles every invoice again and changes
+    // nothing.
+    let version = issued.metadata.resource_version.clone();
+    drop(quota_operator_process);
+    let (_quota_operator, port) = Process::operator(
+        quota_operator.to_str().unwrap(),
+        &lease_ns.name,
+        &quota_args,
+        None,
+        "quota-operator-chain-again",
+    )
+    .unwrap();
+    let all = invoices
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    wait_for(
+        "the new operator to reconcile every invoice",
+        Duration::from_secs(60),
+        || async move {
+            let (_, text) = gryvia_testsupport::http_get(port, "/metrics").await?;
+            let n = gryvia_testsupport::metric_sample(
+                &text,
+                "gryvia_reconciles_total",
+                "gryvia-invoices",
+            )?;
+            #[expect(clippy::cast_precision_loss, reason = "a count of invoices")]
+            let all = all as f64;
+            (n >= all).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let again = invoices.get(&invoice_name).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version, version,
+        "{:?}",
+        again.status
     );
 
     // The job goes while the quota-operator runs: it removes its metering finalizer.

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod billing;
 mod health;
 mod jobs;
 mod output;
@@ -123,6 +124,9 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
     },
+    /// Tenants' invoices (priced by the quota-operator's `--invoices`).
+    #[command(subcommand)]
+    Invoice(billing::InvoiceCommand),
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -227,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => block_on(jobs::queue(namespace, all_namespaces, output)),
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
+        Command::Invoice(cmd) => block_on(billing::run(cmd)),
         Command::Install { timeout } => {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {

@@ -317,7 +317,7 @@ async fn quota_with_budget_shows_the_budgets_spend_and_state() {
     )
     .await;
     let controllers = gryvia_client::operators::ControllerSet::new()
-        .with(gryvia_client::controllers::budget::controller)
+        .with(|s| gryvia_client::controllers::budget::controller(s, Default::default()))
         .into_controllers(
             client.clone(),
             gryvia_client::metrics::Metrics::new(),

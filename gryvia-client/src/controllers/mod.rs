@@ -6,6 +6,7 @@
 pub mod aijob;
 pub mod budget;
 pub mod health_check;
+pub mod invoice;
 pub mod job_hook;
 pub mod kueue;
 pub mod metering;

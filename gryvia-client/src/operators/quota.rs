@@ -1,10 +1,11 @@
 //! The quota-operator: tenants, GryviaQuotas and budgets; metering (usage records) opt-in.
 
 use gryvia_reconcile::budget::{ALERT_ATTEMPTS, AlertChannels, AlertWebhook};
+use gryvia_reconcile::invoice::InvoiceReconciler;
 use gryvia_reconcile::tenancy::TenantOptions;
 
 use super::{ControllerSet, OperatorFlags};
-use crate::controllers::{budget, metering, quota, tenant, usage_record};
+use crate::controllers::{budget, invoice, metering, quota, tenant, usage_record};
 use crate::mail::{Mailer, SmtpSettings, SmtpTls, mailbox};
 use crate::{Error, Result};
 
@@ -24,6 +25,15 @@ pub struct Flags {
     /// record when the job is deleted).
     #[arg(long, env = "GRYVIA_METERING")]
     pub metering: bool,
+    /// Invoices: price GryviaInvoices from the usage records and issue them once their period
+    /// has ended, and give every tenant its invoice for each UTC month (opt-in; the records
+    /// come from --metering).
+    #[arg(long, env = "GRYVIA_INVOICES")]
+    pub invoices: bool,
+    /// Seconds after its period's end an invoice is issued (the records of jobs that ran up
+    /// to the end are closed by then).
+    #[arg(long, default_value_t = 300)]
+    pub invoice_grace_seconds: u64,
     /// Where budget alerts go besides Events.
     #[command(flatten)]
     pub alerts: AlertFlags,
@@ -69,7 +79,8 @@ pub struct AlertFlags {
     /// (comma-separated).
     #[arg(long, env = "GRYVIA_BUDGET_EMAIL_TO", value_delimiter = ',')]
     pub budget_email_to: Vec<String>,
-    /// Attempts of an alert delivery before it is given up (a Warning Event says so).
+    /// Attempts of a budget alert's or an invoice's webhook delivery before it is given up (a
+    /// Warning Event says so).
     #[arg(long, default_value_t = ALERT_ATTEMPTS, value_parser = clap::value_parser!(i32).range(1..=100))]
     pub budget_alert_attempts: i32,
 }
@@ -152,12 +163,21 @@ pub fn controllers(flags: &Flags) -> Result<ControllerSet> {
         &flags.operator.lease_namespace,
         std::env::var("GRYVIA_SMTP_PASSWORD").ok(),
     )?;
+    let invoices = InvoiceReconciler {
+        grace: std::time::Duration::from_secs(flags.invoice_grace_seconds),
+        max_attempts: flags.alerts.budget_alert_attempts,
+        secret_namespace: flags.operator.lease_namespace.clone(),
+    };
     Ok(ControllerSet::new()
         .with(move |s| tenant::controller(s, options))
         .with(quota::controller)
         .with(move |s| budget::controller(s, alerts.clone()))
         .with_if(flags.metering, metering::controller)
-        .with_if(flags.metering, usage_record::controller))
+        .with_if(flags.metering, usage_record::controller)
+        .with_if(flags.invoices, move |s| {
+            invoice::controller(s, invoices.clone())
+        })
+        .with_if(flags.invoices, invoice::monthly_controller))
 }
 
 /// Runs the quota-operator until SIGTERM.
