@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
             allowed_skus: vec!["h100".into(), "a100".into()],
             gpus_per_type: BTreeMap::from([("NVIDIA-H100-80GB-HBM3".into(), 1024)]),
             gpus_in_use_by_type: BTreeMap::from([("NVIDIA-H100-80GB-HBM3".into(), 256)]),
+            ..TenantFacts::default()
         }),
         skus: BTreeMap::from([
             ("h100".into(), "NVIDIA-H100-80GB-HBM3".into()),
@@ -81,6 +82,7 @@ fn bench(c: &mut Criterion) {
         template: None,
         reservation: None,
         blocked_budgets: Vec::new(),
+        spend: None,
     };
     c.bench_function("admission/validate", |b| {
         b.iter(|| validate_job(black_box(&j), black_box(&admission)))

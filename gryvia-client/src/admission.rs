@@ -16,12 +16,12 @@ use axum::Router;
 use axum::routing::{get, post};
 use base64::Engine;
 use gryvia_reconcile::admission::{
-    AdmissionWorld, BlockedBudget, Decision, GpuQuota, ReservationFacts, TemplateState,
+    AdmissionWorld, BlockedBudget, Decision, GpuQuota, MonthSpend, ReservationFacts, TemplateState,
     TenantFacts, mutate_job, validate_job,
 };
 use gryvia_types::{
     GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant,
-    labels,
+    GryviaUsageRecord, labels,
 };
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
@@ -49,6 +49,7 @@ pub struct Caches {
     templates: Store<GryviaTemplate>,
     reservations: Store<GryviaReservation>,
     budgets: Store<GryviaBudget>,
+    records: Store<GryviaUsageRecord>,
 }
 
 impl Caches {
@@ -64,6 +65,7 @@ impl Caches {
             templates: caches.store(),
             reservations: caches.store(),
             budgets: caches.store(),
+            records: caches.store(),
         };
         tokio::spawn(caches.run());
         stores
@@ -82,6 +84,7 @@ impl Caches {
             let _ = self.templates.wait_until_ready().await;
             let _ = self.reservations.wait_until_ready().await;
             let _ = self.budgets.wait_until_ready().await;
+            let _ = self.records.wait_until_ready().await;
         };
         tokio::time::timeout(timeout, all)
             .await
@@ -98,6 +101,25 @@ impl Caches {
             budgets.iter().map(AsRef::as_ref),
             tenant,
             namespace,
+        )
+    }
+
+    /// What `tenant` has used this UTC month and the estimate of `job` (the admission gate's
+    /// money and GPU-hour quotas), from the usage records and the catalogue.
+    pub fn month_spend(&self, job: &GryviaAIJob, tenant: &str) -> MonthSpend {
+        let records: Vec<GryviaUsageRecord> = self
+            .records
+            .state()
+            .iter()
+            .filter(|r| r.spec.tenant == tenant)
+            .map(|r| (**r).clone())
+            .collect();
+        gryvia_reconcile::admission::month_spend(
+            job,
+            tenant,
+            &records,
+            &crate::controllers::budget::catalogue(&self.skus),
+            jiff::Timestamp::now(),
         )
     }
 
@@ -151,6 +173,7 @@ impl Caches {
             template,
             reservation,
             blocked_budgets: Vec::new(),
+            spend: None,
         })
     }
 }
@@ -232,6 +255,11 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
                         let tenant = world.tenant.as_ref().map(|t| t.name.clone());
                         world.blocked_budgets =
                             state.caches.blocked_budgets(tenant.as_deref(), &namespace);
+                        world.spend = world
+                            .tenant
+                            .as_ref()
+                            .filter(|t| t.has_spend_quota())
+                            .map(|t| state.caches.month_spend(&job, &t.name));
                     }
                     validate_job(&job, &world)
                 }

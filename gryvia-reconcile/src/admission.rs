@@ -36,11 +36,18 @@ pub struct TenantFacts {
     pub gpus_per_type: BTreeMap<String, i32>,
     /// `status.gpusInUseByType`.
     pub gpus_in_use_by_type: BTreeMap<String, i32>,
+    /// `spec.quotas.costUSD.monthly`: whole US dollars a UTC month.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd_monthly: Option<i64>,
+    /// `spec.quotas.gpuHours`: GPU-hours a UTC month, and the burst allowed above them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_hours_monthly: Option<(i64, i64)>,
 }
 
 impl TenantFacts {
     /// The facts of tenant `name` from its object.
     pub fn of(name: &str, tenant: &GryviaTenant) -> Self {
+        let quotas = tenant.spec.quotas.as_ref();
         TenantFacts {
             name: name.to_owned(),
             allowed_skus: tenant.spec.allowed_skus.clone(),
@@ -55,8 +62,184 @@ impl TenantFacts {
                 .as_ref()
                 .map(|s| s.gpus_in_use_by_type.clone())
                 .unwrap_or_default(),
+            cost_usd_monthly: quotas.and_then(|q| q.cost_usd.as_ref()?.monthly),
+            gpu_hours_monthly: quotas
+                .and_then(|q| q.gpu_hours.as_ref())
+                .and_then(|h| Some((h.monthly?, h.burst.unwrap_or(0)))),
         }
     }
+
+    /// Whether the tenant has a monthly money or GPU-hour quota (the gate then needs its spend).
+    pub fn has_spend_quota(&self) -> bool {
+        self.cost_usd_monthly.is_some() || self.gpu_hours_monthly.is_some()
+    }
+}
+
+/// How long a new job is expected to run, and how that was worked out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Runtime {
+    /// Seconds.
+    pub seconds: i64,
+    /// How: `activeDeadlineSeconds`, or the median of the template's runs.
+    pub basis: String,
+}
+
+/// What the gate weighs a new job of a tenant with a money or GPU-hour quota against: the
+/// tenant's metered use this UTC month and the job's estimate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MonthSpend {
+    /// US dollars spent this month, micro-units.
+    pub usd_micros: i64,
+    /// GPU-seconds used this month.
+    pub gpu_seconds: i64,
+    /// Price of a GPU-hour of the job's SKU, US dollar micro-units (`None`: unpriced).
+    pub price_micros: Option<i64>,
+    /// How long the job is expected to run (`None`: no deadline and no history).
+    pub runtime: Option<Runtime>,
+}
+
+/// The expected runtime of a job: its `activeDeadlineSeconds`, else the median length of the
+/// tenant's last runs of the same template (`durations`, seconds, newest last; at most the
+/// last [`RUNTIME_SAMPLES`] count).
+pub fn expected_runtime(
+    job: &GryviaAIJob,
+    template: Option<&str>,
+    durations: &[i64],
+) -> Option<Runtime> {
+    if let Some(d) = job.spec.active_deadline_seconds.filter(|d| *d > 0) {
+        return Some(Runtime {
+            seconds: d,
+            basis: "activeDeadlineSeconds".to_owned(),
+        });
+    }
+    let template = template?;
+    let mut last: Vec<i64> = durations
+        .iter()
+        .rev()
+        .take(RUNTIME_SAMPLES)
+        .copied()
+        .collect();
+    if last.is_empty() {
+        return None;
+    }
+    last.sort_unstable();
+    let median = last[last.len() / 2];
+    Some(Runtime {
+        seconds: median,
+        basis: format!(
+            "the median of the last {} runs of template {template}",
+            last.len()
+        ),
+    })
+}
+
+/// What `tenant` has used this UTC month (its usage records priced at the catalogue `skus`, in
+/// US dollars), and the estimate of `job`: the price of its GPU type and its expected runtime.
+pub fn month_spend(
+    job: &GryviaAIJob,
+    tenant: &str,
+    records: &[gryvia_types::GryviaUsageRecord],
+    skus: &[crate::metering::Sku],
+    now: crate::Timestamp,
+) -> MonthSpend {
+    let (start, _) = crate::budget::period(gryvia_types::PeriodType::Monthly, now);
+    let charges = crate::invoice::charges(tenant, start, now, records, skus);
+    let price_micros = job.spec.gpu_type.as_deref().and_then(|t| {
+        skus.iter()
+            .filter(|s| s.currency == "USD" && (s.name == t || s.gpu_product == t))
+            .min_by(|a, b| a.name.cmp(&b.name))
+            .map(|s| s.price_micros)
+    });
+    let template = job
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::TEMPLATE))
+        .map(String::as_str);
+    let mut runs: Vec<(crate::Timestamp, i64)> = records
+        .iter()
+        .filter(|r| r.spec.tenant == tenant && r.spec.template.as_deref() == template)
+        .filter_map(|r| {
+            let end = r.spec.end_time.as_ref()?.0;
+            Some((end, end.as_second() - r.spec.start_time.0.as_second()))
+        })
+        .collect();
+    runs.sort_unstable();
+    let durations: Vec<i64> = runs.into_iter().map(|(_, d)| d).collect();
+    MonthSpend {
+        usd_micros: charges.totals().get("USD").copied().unwrap_or(0),
+        gpu_seconds: charges.gpu_seconds(),
+        price_micros,
+        runtime: expected_runtime(job, template, &durations),
+    }
+}
+
+/// Runs of a template the expected runtime of a new job is the median of.
+pub const RUNTIME_SAMPLES: usize = 20;
+
+fn money(micros: i64) -> String {
+    gryvia_types::money::Decimal::from_micros(micros)
+        .as_str()
+        .to_owned()
+}
+
+fn gpu_hours(seconds: i64) -> String {
+    money(i64::try_from(i128::from(seconds) * 1_000_000 / 3600).unwrap_or(i64::MAX))
+}
+
+/// A new job of `total` GPUs would take the tenant past its monthly money or GPU-hour quota:
+/// what it has used this month plus the job's estimate (GPUs x expected runtime x price).
+fn check_spend(total: i64, t: &TenantFacts, spend: Option<&MonthSpend>) -> Option<String> {
+    let spend = spend.filter(|_| total > 0)?;
+    let seconds = spend.runtime.as_ref().map_or(0, |r| r.seconds);
+    let est_gpu_seconds = total.saturating_mul(seconds);
+    let est_micros = i64::try_from(
+        i128::from(est_gpu_seconds) * i128::from(spend.price_micros.unwrap_or(0)) / 3600,
+    )
+    .unwrap_or(i64::MAX);
+    let estimate = match (&spend.runtime, spend.price_micros) {
+        (None, _) => "no estimate (no activeDeadlineSeconds, no runs of its template)".to_owned(),
+        (Some(r), Some(p)) => format!(
+            "{} USD ({total} GPUs for {} s, {}, at {} USD a GPU-hour)",
+            money(est_micros),
+            r.seconds,
+            r.basis,
+            money(p)
+        ),
+        (Some(r), None) => format!(
+            "{} GPU-hours ({total} GPUs for {} s, {}; its GPU type has no price)",
+            gpu_hours(est_gpu_seconds),
+            r.seconds,
+            r.basis
+        ),
+    };
+    if let Some(limit) = t.cost_usd_monthly {
+        let limit_micros = limit.saturating_mul(1_000_000);
+        let projected = spend.usd_micros.saturating_add(est_micros);
+        if projected > limit_micros || spend.usd_micros >= limit_micros {
+            return Some(format!(
+                "tenant {}'s monthly spend quota (spec.quotas.costUSD.monthly) is {limit} USD: {} USD spent this month, and this job's estimate of {estimate} would exceed it",
+                t.name,
+                money(spend.usd_micros),
+            ));
+        }
+    }
+    if let Some((monthly, burst)) = t.gpu_hours_monthly {
+        let limit = monthly.saturating_add(burst);
+        let limit_seconds = limit.saturating_mul(3600);
+        let projected = spend.gpu_seconds.saturating_add(est_gpu_seconds);
+        if projected > limit_seconds || spend.gpu_seconds >= limit_seconds {
+            return Some(format!(
+                "tenant {}'s monthly GPU-hour quota (spec.quotas.gpuHours: {monthly} and {burst} burst) is {limit} GPU-hours: {} used this month, and this job's estimate of {} GPU-hours would exceed it",
+                t.name,
+                gpu_hours(spend.gpu_seconds),
+                gpu_hours(est_gpu_seconds),
+            ));
+        }
+    }
+    None
 }
 
 /// A namespace's GPU quota (the tightest ResourceQuota on `requests.nvidia.com/gpu`).
@@ -160,6 +343,10 @@ pub struct AdmissionWorld {
     /// gate on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_budgets: Vec<BlockedBudget>,
+    /// The tenant's use this month and the job's estimate (filled only with the admission gate
+    /// on, for a tenant with a money or GPU-hour quota).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<MonthSpend>,
 }
 
 /// A budget that blocks new jobs in its scope.
@@ -382,7 +569,7 @@ fn check_tolerations(job: &GryviaAIJob) -> Option<String> {
 }
 
 /// Decides whether a new job is admitted: the first check that fails, in order, denies it
-/// (priority, blocked budgets, the tenant's SKUs and per-product limits, the namespace's
+/// (priority, blocked budgets, the tenant's monthly money and GPU-hour quotas, the tenant's SKUs and per-product limits, the namespace's
 /// quota, the template, the reservation, reservation tolerations).
 pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
     let spec = &job.spec;
@@ -390,6 +577,7 @@ pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
     let tenant = world.tenant.as_ref().filter(|_| spec.gpus > 0);
     check_priority(job)
         .or_else(|| check_budgets(total, world))
+        .or_else(|| tenant.and_then(|t| check_spend(total, t, world.spend.as_ref())))
         .or_else(|| tenant.and_then(|t| check_skus(job, t, &world.skus)))
         .or_else(|| tenant.and_then(|t| check_type_limit(job, t, &world.skus, total)))
         .or_else(|| check_quota(total, world.gpu_quota.as_ref()))
@@ -548,7 +736,94 @@ mod tests {
             allowed_skus: vec!["h100".into()],
             gpus_per_type: BTreeMap::from([("H100".to_owned(), 4)]),
             gpus_in_use_by_type: BTreeMap::from([("H100".to_owned(), 3)]),
+            ..TenantFacts::default()
         }
+    }
+
+    fn spend(usd: i64, hours: i64, runtime: Option<(i64, &str)>) -> MonthSpend {
+        MonthSpend {
+            usd_micros: usd * 1_000_000,
+            gpu_seconds: hours * 3600,
+            price_micros: Some(4_000_000),
+            runtime: runtime.map(|(seconds, basis)| Runtime {
+                seconds,
+                basis: basis.to_owned(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_job_whose_estimate_would_pass_the_monthly_spend_quota_is_rejected_with_the_numbers() {
+        let t = TenantFacts {
+            cost_usd_monthly: Some(500),
+            ..tenant()
+        };
+        let fits = spend(480, 0, Some((1800, "activeDeadlineSeconds")));
+        assert_eq!(
+            check_spend(2, &t, Some(&fits)),
+            None,
+            "2 GPUs x 0.5 h x 4 = 4 USD"
+        );
+        let over = spend(480, 0, Some((3600, "activeDeadlineSeconds")));
+        assert_eq!(
+            check_spend(8, &t, Some(&over)).unwrap(),
+            "tenant ml's monthly spend quota (spec.quotas.costUSD.monthly) is 500 USD: 480 USD spent this month, and this job's estimate of 32 USD (8 GPUs for 3600 s, activeDeadlineSeconds, at 4 USD a GPU-hour) would exceed it"
+        );
+        // Spent already: any GPU job is refused, even without an estimate.
+        let spent = spend(500, 0, None);
+        assert!(check_spend(1, &t, Some(&spent)).unwrap().contains(
+            "estimate of no estimate (no activeDeadlineSeconds, no runs of its template)"
+        ));
+        assert_eq!(
+            check_spend(0, &t, Some(&spent)),
+            None,
+            "jobs without GPUs pass"
+        );
+        assert_eq!(
+            check_spend(1, &t, None),
+            None,
+            "no spend known (the gate off)"
+        );
+    }
+
+    #[test]
+    fn the_gpu_hour_quota_counts_its_burst() {
+        let t = TenantFacts {
+            gpu_hours_monthly: Some((100, 20)),
+            ..tenant()
+        };
+        let within_burst = spend(0, 110, Some((3600, "activeDeadlineSeconds")));
+        assert_eq!(check_spend(8, &t, Some(&within_burst)), None);
+        let past = spend(0, 118, Some((3600, "activeDeadlineSeconds")));
+        assert_eq!(
+            check_spend(4, &t, Some(&past)).unwrap(),
+            "tenant ml's monthly GPU-hour quota (spec.quotas.gpuHours: 100 and 20 burst) is 120 GPU-hours: 118 used this month, and this job's estimate of 4 GPU-hours would exceed it"
+        );
+    }
+
+    #[test]
+    fn the_expected_runtime_is_the_deadline_or_the_median_of_the_templates_last_runs() {
+        let mut j = job(json!({"gpus": 2}));
+        assert_eq!(expected_runtime(&j, Some("finetune"), &[]), None);
+        assert_eq!(expected_runtime(&j, None, &[100, 200]), None);
+        let r = expected_runtime(&j, Some("finetune"), &[900, 100, 300]).unwrap();
+        assert_eq!(r.seconds, 300);
+        assert_eq!(
+            r.basis,
+            "the median of the last 3 runs of template finetune"
+        );
+        let many: Vec<i64> = (1..=30).collect();
+        let r = expected_runtime(&j, Some("finetune"), &many).unwrap();
+        assert_eq!(
+            (r.seconds, r.basis.as_str()),
+            (21, "the median of the last 20 runs of template finetune")
+        );
+        j.spec.active_deadline_seconds = Some(7200);
+        let r = expected_runtime(&j, Some("finetune"), &many).unwrap();
+        assert_eq!(
+            (r.seconds, r.basis.as_str()),
+            (7200, "activeDeadlineSeconds")
+        );
     }
 
     fn skus() -> BTreeMap<String, String> {

@@ -163,6 +163,12 @@ pub fn usage_record(
             gpu_count: gpus,
             start_time: Time(start),
             end_time: end.map(|e| Time(e.max(start))),
+            template: job
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(gryvia_types::labels::TEMPLATE))
+                .cloned(),
         },
         status: None,
     })
@@ -355,6 +361,24 @@ mod tests {
             plan.apply[0].object["spec"]["endTime"],
             "2026-01-01T12:00:00Z"
         );
+    }
+
+    #[test]
+    fn a_record_names_the_template_its_job_was_made_from() {
+        let mut j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        assert_eq!(
+            usage_record(&j, &world(), None).unwrap().spec.template,
+            None
+        );
+        j.metadata.labels = Some(
+            [(
+                gryvia_types::labels::TEMPLATE.to_owned(),
+                "finetune".to_owned(),
+            )]
+            .into(),
+        );
+        let r = usage_record(&j, &world(), None).unwrap();
+        assert_eq!(r.spec.template.as_deref(), Some("finetune"));
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn world() -> AdmissionWorld {
             allowed_skus: vec!["h100".into()],
             gpus_per_type: BTreeMap::from([("NVIDIA-H100-80GB-HBM3".into(), 16)]),
             gpus_in_use_by_type: BTreeMap::from([("NVIDIA-H100-80GB-HBM3".into(), 8)]),
+            ..TenantFacts::default()
         }),
         skus: BTreeMap::from([
             ("h100".into(), "NVIDIA-H100-80GB-HBM3".into()),
@@ -42,6 +43,7 @@ fn world() -> AdmissionWorld {
         template: None,
         reservation: None,
         blocked_budgets: Vec::new(),
+        spend: None,
     }
 }
 

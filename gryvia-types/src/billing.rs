@@ -322,6 +322,11 @@ pub struct GryviaUsageRecordSpec {
     /// End of the interval (open while the job runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+    /// The GryviaTemplate the job was made from (its `gryvia.io/template` label): the admission
+    /// gate estimates a new job of the template from the last runs' lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub template: Option<String>,
 }
 
 /// A metered workload.

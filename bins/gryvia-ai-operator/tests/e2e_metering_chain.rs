@@ -173,17 +173,21 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // Creation times have whole seconds: the monthly invoices come a second later.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let tenants: Api<GryviaTenant> = Api::all(client.clone());
-    for t in [&tenant, &objects.sku] {
-        // The second tenant (named like the SKU, unique too) has no jobs: its monthly invoice
-        // stays open and empty.
+    // The jobs' tenant may spend 20 USD a month (the gate's money quota, checked once the
+    // budget is gone); the second tenant (named like the SKU, unique too) has no jobs: its
+    // monthly invoice stays open and empty.
+    for (t, spec) in [
+        (
+            &tenant,
+            json!({"displayName": tenant, "quotas": {"costUSD": {"monthly": 20}}}),
+        ),
+        (&objects.sku, json!({"displayName": objects.sku})),
+    ] {
         objects.tenants.push(t.clone());
         tenants
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(
-                    json!({"metadata": {"name": t}, "spec": {"displayName": t}}),
-                )
-                .unwrap(),
+                &serde_json::from_value(json!({"metadata": {"name": t}, "spec": spec})).unwrap(),
             )
             .await
             .unwrap();
@@ -662,6 +666,52 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         "{:?}",
         again.status
     );
+
+    // The money quota: with the budget gone, the gate weighs a new job's estimate (GPUs x
+    // activeDeadlineSeconds x price) plus this month's metered spend against the tenant's 20 USD.
+    budgets
+        .delete(&objects.budget, &DeleteParams::default())
+        .await
+        .unwrap();
+    let with_deadline = |name: &str, seconds: i64| {
+        let mut j = job(name);
+        j.spec.active_deadline_seconds = Some(seconds);
+        j
+    };
+    let want = format!(
+        "tenant {tenant}'s monthly spend quota (spec.quotas.costUSD.monthly) is 20 USD: {} USD spent this month, and this job's estimate of 30 USD (1 GPUs for 30 s, activeDeadlineSeconds, at 3600 USD a GPU-hour) would exceed it",
+        cost.as_str()
+    );
+    let mut attempt = 0;
+    let refused = wait_for("the money quota to refuse", Duration::from_secs(30), || {
+        attempt += 1;
+        let (jobs, name) = (jobs.clone(), format!("third-{attempt}"));
+        let j = with_deadline(&name, 30);
+        async move {
+            match jobs.create(&PostParams::default(), &j).await {
+                Err(kube::Error::Api(e)) if !e.message.contains("GryviaBudget") => Some(e),
+                Err(_) => None,
+                Ok(_) => {
+                    // The webhook's cache has not seen the budget go yet, or the gate was open.
+                    let _ = jobs.delete(&name, &DeleteParams::default()).await;
+                    None
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused.code, 403, "{refused:?}");
+    assert!(refused.message.contains(&want), "{}", refused.message);
+    // A short job fits: 11 or so spent, 3 estimated, of 20.
+    let fits = jobs
+        .create(&PostParams::default(), &with_deadline("fourth", 3))
+        .await
+        .unwrap();
+    jobs.delete("fourth", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(fits.spec.active_deadline_seconds, Some(3));
 
     // The job goes while the quota-operator runs: it removes its metering finalizer.
     jobs.delete("first", &DeleteParams::default())

@@ -1,10 +1,16 @@
-//! `gryvia invoice list|get`: tenants' invoices as the quota-operator's `--invoices` priced them.
+//! `gryvia invoice list|get`: tenants' invoices as the quota-operator's `--invoices` priced them;
+//! `gryvia cost`: a tenant's spend in the current period, from the usage records.
 
 use anyhow::Context;
 use clap::Subcommand;
+use gryvia_reconcile::budget::period;
+use gryvia_reconcile::invoice::{charges, fill};
 use gryvia_types::money::Decimal;
-use gryvia_types::{GryviaInvoice, InvoicePhase};
+use gryvia_types::{
+    GryviaGpuSku, GryviaInvoice, GryviaInvoiceStatus, GryviaUsageRecord, InvoicePhase, PeriodType,
+};
 use kube::api::{Api, ListParams};
+use serde::Serialize;
 
 use crate::output::{Output, Table, print_objects};
 
@@ -176,4 +182,227 @@ fn print_invoice(i: &GryviaInvoice) {
     }
     let _ = crate::print_out("\n");
     jobs.print();
+}
+
+/// The period `gryvia cost` counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CostPeriod {
+    /// The current UTC month.
+    Month,
+    /// The current week (from Monday, UTC).
+    Week,
+}
+
+/// A tenant's spend in a period, as `gryvia cost` shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    /// Tenant.
+    pub tenant: String,
+    /// `month` or `week`.
+    pub period: String,
+    /// Start of the period.
+    pub period_start: String,
+    /// End of the period.
+    pub period_end: String,
+    /// Spend so far, US dollars.
+    #[serde(rename = "spendUSD")]
+    pub spend_usd: Decimal,
+    /// GPU-hours so far.
+    pub gpu_hours: Decimal,
+    /// The spend so far extrapolated to the end of the period (from one hour into it).
+    #[serde(rename = "forecastUSD", skip_serializing_if = "Option::is_none")]
+    pub forecast_usd: Option<Decimal>,
+    /// Usage records counted.
+    pub records: i32,
+    /// Lines per SKU, charges per job, other currencies and unpriced usage (with `--detailed`
+    /// the tables show them; JSON and YAML always carry them).
+    pub detail: GryviaInvoiceStatus,
+}
+
+/// `gryvia cost NAME`: what tenant `name` spent in the current `period` so far, from its usage
+/// records priced at the catalogue, and the forecast for the whole period.
+///
+/// # Errors
+/// A one-line error when the API server cannot be reached.
+pub async fn cost(
+    name: &str,
+    which: CostPeriod,
+    detailed: bool,
+    output: Output,
+) -> anyhow::Result<()> {
+    let client = gryvia_client::connect().await?;
+    let records = Api::<GryviaUsageRecord>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list usage records")?
+        .items;
+    let skus = Api::<GryviaGpuSku>::all(client)
+        .list(&ListParams::default())
+        .await
+        .context("list GPU SKUs")?
+        .items;
+    let now = jiff::Timestamp::now();
+    let c = cost_of(name, which, &records, &skus, now);
+    if output != Output::Table {
+        return print_objects(&[c], output);
+    }
+    print_cost(&c, detailed);
+    Ok(())
+}
+
+/// The cost of tenant `name` in the `which` period containing `now`.
+pub fn cost_of(
+    name: &str,
+    which: CostPeriod,
+    records: &[GryviaUsageRecord],
+    skus: &[GryviaGpuSku],
+    now: jiff::Timestamp,
+) -> Cost {
+    let (kind, label) = match which {
+        CostPeriod::Month => (PeriodType::Monthly, "month"),
+        CostPeriod::Week => (PeriodType::Weekly, "week"),
+    };
+    let (start, end) = period(kind, now);
+    let mut catalogue: Vec<_> = skus
+        .iter()
+        .filter_map(gryvia_reconcile::metering::Sku::of)
+        .collect();
+    catalogue.sort_by(|a, b| a.name.cmp(&b.name));
+    let counted = charges(name, start, now, records, &catalogue);
+    let mut detail = GryviaInvoiceStatus::default();
+    fill(&mut detail, "USD", &counted);
+    let spend_micros = counted.totals().get("USD").copied().unwrap_or(0);
+    let elapsed = now.as_second() - start.as_second();
+    let length = end.as_second() - start.as_second();
+    let forecast_usd = (elapsed >= 3600).then(|| {
+        let f = i128::from(spend_micros) * i128::from(length) / i128::from(elapsed);
+        Decimal::from_micros(i64::try_from(f).unwrap_or(i64::MAX))
+    });
+    Cost {
+        tenant: name.to_owned(),
+        period: label.to_owned(),
+        period_start: start.to_string(),
+        period_end: end.to_string(),
+        spend_usd: Decimal::from_micros(spend_micros),
+        gpu_hours: detail
+            .gpu_hours
+            .clone()
+            .unwrap_or_else(|| Decimal::from_micros(0)),
+        forecast_usd,
+        records: detail.records,
+        detail,
+    }
+}
+
+fn print_cost(c: &Cost, detailed: bool) {
+    let mut head = format!(
+        "Tenant:     {}\nPeriod:     {} to {} (this {})\nSpend:      {} USD\nGPU-hours:  {}\n",
+        c.tenant,
+        c.period_start,
+        c.period_end,
+        c.period,
+        c.spend_usd.as_str(),
+        c.gpu_hours.as_str(),
+    );
+    head.push_str(&match &c.forecast_usd {
+        Some(f) => format!(
+            "Forecast:   {} USD by the end of the {}\n",
+            f.as_str(),
+            c.period
+        ),
+        None => "Forecast:   none yet (from one hour into the period)\n".to_owned(),
+    });
+    head.push_str(&format!("Records:    {}\n", c.records));
+    for o in &c.detail.other_currencies {
+        head.push_str(&format!(
+            "Also:       {} {} (not in the spend)\n",
+            o.amount.as_str(),
+            o.currency
+        ));
+    }
+    for u in &c.detail.unpriced {
+        head.push_str(&format!(
+            "Unpriced:   {} GPU-hours of {} (not in the catalogue)\n",
+            u.gpu_hours.as_str(),
+            u.sku
+        ));
+    }
+    let _ = crate::print_out(&head);
+    if !detailed {
+        return;
+    }
+    let mut lines = Table::new(&["SKU", "GPU-HOURS", "UNIT PRICE", "AMOUNT"]);
+    for l in &c.detail.line_items {
+        lines.row(vec![
+            l.sku.clone(),
+            l.gpu_hours.as_str().to_owned(),
+            format!("{} USD", l.unit_price.as_str()),
+            format!("{} USD", l.amount.as_str()),
+        ]);
+    }
+    let _ = crate::print_out("\n");
+    lines.print();
+    let mut jobs = Table::new(&["NAMESPACE", "KIND", "NAME", "SKU", "GPU-HOURS", "AMOUNT"]);
+    for j in &c.detail.jobs {
+        jobs.row(vec![
+            j.namespace.clone(),
+            j.kind.clone(),
+            j.name.clone(),
+            j.sku.clone(),
+            j.gpu_hours.as_str().to_owned(),
+            format!("{} {}", j.amount.as_str(), j.currency),
+        ]);
+    }
+    let _ = crate::print_out("\n");
+    jobs.print();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tenant: &str, start: &str, end: Option<&str>) -> GryviaUsageRecord {
+        let mut spec = serde_json::json!({
+            "tenant": tenant, "namespace": format!("tenant-{tenant}"),
+            "workload": {"kind": "GryviaAIJob", "name": "train"}, "sku": "h100",
+            "gpuCount": 2, "startTime": start,
+        });
+        if let Some(e) = end {
+            spec["endTime"] = e.into();
+        }
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "r"}, "spec": spec}))
+            .unwrap()
+    }
+
+    #[test]
+    fn cost_counts_the_period_so_far_and_forecasts_its_end() {
+        let skus: Vec<GryviaGpuSku> =
+            vec![serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "h100"}, "spec": {"gpuProduct": "H100", "pricePerGpuHour": "4"}
+        }))
+        .unwrap()];
+        let records = [
+            // 2 GPUs from November into December: 10 of its hours in December.
+            record("ml", "2026-11-30T20:00:00Z", Some("2026-12-01T10:00:00Z")),
+            // Still running.
+            record("ml", "2026-12-02T00:00:00Z", None),
+            record("cv", "2026-12-02T00:00:00Z", None),
+        ];
+        let now: jiff::Timestamp = "2026-12-03T00:00:00Z".parse().unwrap();
+        let c = cost_of("ml", CostPeriod::Month, &records, &skus, now);
+        assert_eq!(c.period_start, "2026-12-01T00:00:00Z");
+        assert_eq!(c.gpu_hours.as_str(), "68", "20 + 48");
+        assert_eq!(c.spend_usd.as_str(), "272");
+        assert_eq!(
+            c.forecast_usd.unwrap().as_str(),
+            "4216",
+            "272 in 2 days of 31"
+        );
+        assert_eq!(c.records, 2);
+        assert_eq!(c.detail.jobs.len(), 1, "both records are job train on h100");
+        let week = cost_of("ml", CostPeriod::Week, &records, &skus, now);
+        assert_eq!(week.period_start, "2026-11-30T00:00:00Z", "from Monday");
+        assert_eq!(week.gpu_hours.as_str(), "76");
+    }
 }

@@ -124,6 +124,20 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
     },
+    /// A tenant's spend, GPU-hours and forecast in the current period, from its usage records.
+    Cost {
+        /// Tenant name.
+        name: String,
+        /// The period.
+        #[arg(long, value_enum, default_value = "month")]
+        period: billing::CostPeriod,
+        /// Also list the spend by SKU and by job.
+        #[arg(long)]
+        detailed: bool,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
+        output: output::Output,
+    },
     /// Tenants' invoices (priced by the quota-operator's `--invoices`).
     #[command(subcommand)]
     Invoice(billing::InvoiceCommand),
@@ -232,6 +246,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(jobs::queue(namespace, all_namespaces, output)),
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Invoice(cmd) => block_on(billing::run(cmd)),
+        Command::Cost {
+            name,
+            period,
+            detailed,
+            output,
+        } => block_on(billing::cost(&name, period, detailed, output)),
         Command::Install { timeout } => {
             let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
             rt.block_on(async {

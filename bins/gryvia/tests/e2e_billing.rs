@@ -1,6 +1,7 @@
-//! End-to-end: `gryvia invoice list|get` against a real control plane (testenv/), with the
-//! quota-operator's invoice controller running in this process: a tenant's usage priced into
-//! an issued invoice, shown as a table and as JSON, and a missing invoice as one line.
+//! End-to-end: `gryvia invoice list|get` and `gryvia cost` against a real control plane
+//! (testenv/), with the quota-operator's invoice controller running in this process: a tenant's
+//! usage priced into an issued invoice, shown as a table and as JSON, its spend this month, and
+//! bad input as one line.
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ async fn gryvia(args: &[&str]) -> (bool, String, String) {
     clippy::too_many_lines,
     reason = "one end-to-end scenario, read top to bottom"
 )]
-async fn invoice_list_and_get_show_an_issued_invoice_and_a_missing_one_is_one_line() {
+async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
@@ -126,6 +127,42 @@ async fn invoice_list_and_get_show_an_issued_invoice_and_a_missing_one_is_one_li
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(json["status"]["total"], "10");
     assert_eq!(json["status"]["jobs"][0]["name"], "train");
+
+    // `gryvia cost`: this month's spend from the same record (all of it when the month began
+    // before the record did, as on every day but the first hours of a month).
+    let (ok, stdout, stderr) = gryvia(&["cost", &tenant, "-o", "json"]).await;
+    assert!(ok, "{stderr}");
+    let c: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(c["tenant"], tenant.as_str());
+    assert_eq!(c["period"], "month");
+    let month_start =
+        gryvia_reconcile::budget::period(gryvia_types::PeriodType::Monthly, jiff::Timestamp::now())
+            .0
+            .as_second();
+    if month_start <= now - 5 * 3600 {
+        assert_eq!(c["spendUSD"], "10", "{c}");
+        assert_eq!(c["gpuHours"], "8", "{c}");
+        assert_eq!(c["records"], 1, "{c}");
+    }
+    let (ok, stdout, stderr) = gryvia(&["cost", &tenant, "--detailed"]).await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("Tenant:     {tenant}\n")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Spend:      "), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("tenant-{tenant} ")) && l.contains(" train ")),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = gryvia(&["cost", &tenant, "--period", "year"]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("invalid value 'year' for '--period <PERIOD>'"),
+        "{stderr}"
+    );
 
     let (ok, stdout, stderr) = gryvia(&["invoice", "get", "no-such-invoice"]).await;
     assert!(!ok && stdout.is_empty());
