@@ -346,10 +346,11 @@ impl crate::Reconcile for BudgetReconciler {
                     EventType::Warning,
                     "BudgetThreshold",
                     format!(
-                        "{} of the {:?} budget's scope {} reached {used} % (threshold {} %): spend {} USD, {} GPU-hours",
+                        "{} of the {:?} budget's scope {} is at {} (threshold {} %): spend {} USD, {} GPU-hours",
                         scope_text(budget),
                         budget.spec.period.type_,
                         budget.spec.scope.name,
+                        of_limit(used),
                         a.threshold,
                         crossing.spend_usd.as_str(),
                         crossing.gpu_hours.as_str(),
@@ -466,8 +467,9 @@ pub fn alert_body(budget: &GryviaBudget, d: &AlertDelivery) -> serde_json::Value
 pub fn alert_email(budget: &GryviaBudget, d: &AlertDelivery) -> (String, String) {
     let name = budget.metadata.name.as_deref().unwrap_or_default();
     let subject = format!(
-        "[Gryvia] budget {name}: {} % threshold crossed ({} % of the limit)",
-        d.threshold, d.percent
+        "[Gryvia] budget {name}: {} % threshold crossed ({})",
+        d.threshold,
+        of_limit(d.percent)
     );
     let limits = &budget.spec.limits;
     let limit =
@@ -479,7 +481,7 @@ pub fn alert_email(budget: &GryviaBudget, d: &AlertDelivery) -> (String, String)
         .any(|a| a.threshold == d.threshold && a.actions.contains(&AlertAction::Block));
     let mut text = format!(
         "The {:?} budget {name} of {} {} crossed its {} % threshold at {}.\n\n\
-         Utilisation: {} % of the limit\n\
+         Utilisation: {}\n\
          Spend: {} USD (limit: {})\n\
          GPU-hours: {} (limit: {})\n\
          Period started: {}\n",
@@ -488,7 +490,7 @@ pub fn alert_email(budget: &GryviaBudget, d: &AlertDelivery) -> (String, String)
         budget.spec.scope.name,
         d.threshold,
         d.time.0,
-        d.percent,
+        of_limit(d.percent),
         d.spend_usd.as_str(),
         limit(limits.cost_usd, "USD"),
         d.gpu_hours.as_str(),
@@ -636,11 +638,12 @@ fn ready(budget: &GryviaBudget, state: BudgetState, used: i64, now: Timestamp) -
             Status::False,
             "Blocked",
             format!(
-                "{used} % of the limit: new jobs in the scope are rejected by the admission gate"
+                "{}: new jobs in the scope are rejected by the admission gate",
+                of_limit(used)
             ),
         ),
-        BudgetState::Exceeded => (Status::True, "Exceeded", format!("{used} % of the limit")),
-        _ => (Status::True, "Counted", format!("{used} % of the limit")),
+        BudgetState::Exceeded => (Status::True, "Exceeded", of_limit(used)),
+        _ => (Status::True, "Counted", of_limit(used)),
     };
     conditions::new(
         conditions::READY,
@@ -650,6 +653,16 @@ fn ready(budget: &GryviaBudget, state: BudgetState, used: i64, now: Timestamp) -
         budget.metadata.generation,
         now,
     )
+}
+
+/// Utilisation as people read it: `N % of the limit`, or `at a limit of 0` (a limit of 0 is
+/// always reached: its utilisation is unbounded).
+pub fn of_limit(percent: i64) -> String {
+    if percent == i64::MAX {
+        "at a limit of 0".to_owned()
+    } else {
+        format!("{percent} % of the limit")
+    }
 }
 
 fn scope_text(budget: &GryviaBudget) -> &'static str {
@@ -851,7 +864,7 @@ mod tests {
         assert!(
             plan.events[0]
                 .message
-                .contains("reached 60 % (threshold 50 %)"),
+                .contains("is at 60 % of the limit (threshold 50 %)"),
             "{}",
             plan.events[0].message
         );
@@ -1140,6 +1153,12 @@ mod tests {
         let september = ts("2026-09-01T00:00:00Z").as_second();
         assert_eq!(ids, [format!("b-uid.{september}.50.webhook")]);
         assert_eq!(next.status.unwrap().deliveries.len(), 2);
+    }
+
+    #[test]
+    fn a_limit_of_zero_reads_as_such() {
+        assert_eq!(of_limit(42), "42 % of the limit");
+        assert_eq!(of_limit(i64::MAX), "at a limit of 0");
     }
 
     #[test]

@@ -812,7 +812,7 @@ async fn a_budget_counts_its_scopes_usage_alerts_and_blocks_at_its_limit() {
         alert
             .note
             .unwrap()
-            .contains("reached 62 % (threshold 50 %)")
+            .contains("is at 62 % of the limit (threshold 50 %)")
     );
 
     // More usage: 4 GPUs for 4 more hours, 90 USD of 80: blocked.

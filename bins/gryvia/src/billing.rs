@@ -158,6 +158,16 @@ fn print_invoice(i: &GryviaInvoice) {
         ));
     }
     let _ = crate::print_out(&head);
+    print_details(&st, cur);
+}
+
+/// The lines per SKU and the charges per job of `st`, as two tables (a line when there are
+/// none).
+fn print_details(st: &GryviaInvoiceStatus, cur: &str) {
+    if st.jobs.is_empty() {
+        let _ = crate::print_out("\nNo priced usage in the period.\n");
+        return;
+    }
     let mut lines = Table::new(&["SKU", "GPU-HOURS", "UNIT PRICE", "AMOUNT"]);
     for l in &st.line_items {
         lines.row(vec![
@@ -329,33 +339,9 @@ fn print_cost(c: &Cost, detailed: bool) {
         ));
     }
     let _ = crate::print_out(&head);
-    if !detailed {
-        return;
+    if detailed {
+        print_details(&c.detail, "USD");
     }
-    let mut lines = Table::new(&["SKU", "GPU-HOURS", "UNIT PRICE", "AMOUNT"]);
-    for l in &c.detail.line_items {
-        lines.row(vec![
-            l.sku.clone(),
-            l.gpu_hours.as_str().to_owned(),
-            format!("{} USD", l.unit_price.as_str()),
-            format!("{} USD", l.amount.as_str()),
-        ]);
-    }
-    let _ = crate::print_out("\n");
-    lines.print();
-    let mut jobs = Table::new(&["NAMESPACE", "KIND", "NAME", "SKU", "GPU-HOURS", "AMOUNT"]);
-    for j in &c.detail.jobs {
-        jobs.row(vec![
-            j.namespace.clone(),
-            j.kind.clone(),
-            j.name.clone(),
-            j.sku.clone(),
-            j.gpu_hours.as_str().to_owned(),
-            format!("{} {}", j.amount.as_str(), j.currency),
-        ]);
-    }
-    let _ = crate::print_out("\n");
-    jobs.print();
 }
 
 #[cfg(test)]
