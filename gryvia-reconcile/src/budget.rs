@@ -177,7 +177,8 @@ pub fn spend(
         out.gpu_seconds = out.gpu_seconds.saturating_add(gpu_seconds);
         match sku_of(r, &world.skus) {
             Some(s) if s.currency == "USD" => {
-                let micros = i128::from(gpu_seconds) * i128::from(s.price_micros) / 3600;
+                let price = crate::metering::unit_price(r, s);
+                let micros = i128::from(gpu_seconds) * i128::from(price) / 3600;
                 out.usd_micros = out
                     .usd_micros
                     .saturating_add(i64::try_from(micros).unwrap_or(i64::MAX));

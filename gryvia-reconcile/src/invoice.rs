@@ -135,7 +135,7 @@ pub fn charges(
         }
         out.records += 1;
         let sku = sku_of(r, skus);
-        let price = sku.map_or(0, |s| s.price_micros);
+        let price = sku.map_or(0, |s| crate::metering::unit_price(r, s));
         let (seconds, micros) = piece(start, i64::from(r.spec.gpu_count.max(0)), price, a, b);
         let w = &r.spec.workload;
         let key = (
@@ -162,7 +162,8 @@ fn hours(gpu_seconds: i64) -> Decimal {
 /// What an invoice in `currency` lists for `charges`: the lines, the jobs, the other
 /// currencies, the unpriced usage, the total and GPU-hours, written into `status`.
 pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges) {
-    let mut lines: BTreeMap<&str, (i64, i64, i64)> = BTreeMap::new();
+    // Per SKU and unit price (a reservation's discounted idle time is a line of its own).
+    let mut lines: BTreeMap<(&str, i64), (i64, i64)> = BTreeMap::new();
     let mut unpriced: BTreeMap<&str, i64> = BTreeMap::new();
     status.jobs.clear();
     for ((namespace, kind, name, sku), c) in &charges.jobs {
@@ -170,7 +171,7 @@ pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges)
             None => *unpriced.entry(sku).or_default() += c.gpu_seconds,
             Some(cur) => {
                 if cur == currency {
-                    let l = lines.entry(sku).or_insert((0, 0, c.price_micros));
+                    let l = lines.entry((sku, c.price_micros)).or_default();
                     l.0 += c.gpu_seconds;
                     l.1 += c.micros;
                 }
@@ -188,7 +189,7 @@ pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges)
     }
     status.line_items = lines
         .iter()
-        .map(|(sku, (seconds, micros, price))| InvoiceLine {
+        .map(|((sku, price), (seconds, micros))| InvoiceLine {
             sku: (*sku).to_owned(),
             gpu_hours: hours(*seconds),
             unit_price: Decimal::from_micros(*price),

@@ -10,9 +10,12 @@
 //! on the job closes a record that is still open when the job is deleted, at the time of the
 //! deletion.
 //!
+//! [`ReservationMeteringReconciler`] (over GryviaReservation) meters a reservation's idle GPU
+//! time for the owner it charges (`billing.chargeWhenIdle`), at its `billing.discount`.
+//!
 //! [`UsageRecordReconciler`] prices a record: GPU-seconds over its interval (up to now while
-//! open, refreshed every minute) and the cost at the SKU's price per GPU-hour, exact in
-//! micro-units (rounded down).
+//! open, refreshed every minute) and the cost at the SKU's price per GPU-hour less the record's
+//! discount, exact in micro-units (rounded down).
 //!
 //! What it is: an estimate. A job is metered for all its GPUs from its start to its end,
 //! retries and pods waiting for a node included.
@@ -22,8 +25,8 @@ use std::time::Duration;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use gryvia_types::money::Decimal;
 use gryvia_types::{
-    GryviaAIJob, GryviaAIJobStatus, GryviaUsageRecord, GryviaUsageRecordSpec,
-    GryviaUsageRecordStatus, WorkloadRef,
+    GryviaAIJob, GryviaAIJobStatus, GryviaReservation, GryviaReservationStatus, GryviaUsageRecord,
+    GryviaUsageRecordSpec, GryviaUsageRecordStatus, OwnerType, ReservationPhase, WorkloadRef,
 };
 use serde::{Deserialize, Serialize};
 
@@ -163,6 +166,7 @@ pub fn usage_record(
             gpu_count: gpus,
             start_time: Time(start),
             end_time: end.map(|e| Time(e.max(start))),
+            discount_percent: None,
             template: job
                 .metadata
                 .labels
@@ -176,9 +180,7 @@ pub fn usage_record(
 
 /// Applies the record (not owned by the job: it outlives it).
 fn apply_record(plan: &mut Plan<GryviaAIJobStatus>, record: Option<GryviaUsageRecord>) {
-    if let Some(r) = record {
-        plan.apply_built(Child::from_resource(&r).map(Child::unowned));
-    }
+    apply_record_of(plan, record);
 }
 
 /// The metering policy over GryviaAIJobs.
@@ -226,6 +228,174 @@ impl crate::Reconcile for MeteringReconciler {
     }
 }
 
+/// What metering a reservation's idle GPU time needs: the open records of the reservation
+/// (label `gryvia.io/reservation`) and the catalogue.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ReservationMeteringWorld {
+    /// The reservation's records without an end.
+    pub open: Vec<GryviaUsageRecord>,
+    /// The catalogue.
+    pub skus: Vec<Sku>,
+}
+
+/// The tenant a reservation charges: its owner, for owner types team and tenant.
+pub fn charged_tenant(r: &GryviaReservation) -> Option<&str> {
+    let charged = r.spec.billing.as_ref().is_some_and(|b| b.charge_when_idle);
+    (charged && matches!(r.spec.owner.type_, OwnerType::Team | OwnerType::Tenant))
+        .then_some(r.spec.owner.name.as_str())
+}
+
+/// A new open record of `idle` reserved GPUs of `r` from `at`, charged to `tenant`.
+fn idle_record(
+    r: &GryviaReservation,
+    tenant: &str,
+    idle: i32,
+    at: Timestamp,
+    skus: &[Sku],
+) -> Option<GryviaUsageRecord> {
+    let name = r.metadata.name.clone()?;
+    let product = &r.spec.resources.gpu_type;
+    let sku = skus
+        .iter()
+        .filter(|s| &s.gpu_product == product || &s.name == product)
+        .map(|s| s.name.clone())
+        .min()
+        .unwrap_or_else(|| product.clone());
+    let namespace: String = format!("tenant-{tenant}").chars().take(63).collect();
+    Some(GryviaUsageRecord {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-idle-{}", at.as_second())),
+            labels: Some(
+                [
+                    (gryvia_types::labels::TENANT.to_owned(), tenant.to_owned()),
+                    (gryvia_types::labels::RESERVATION.to_owned(), name.clone()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: GryviaUsageRecordSpec {
+            tenant: tenant.to_owned(),
+            namespace,
+            workload: WorkloadRef {
+                kind: "GryviaReservation".to_owned(),
+                name,
+                uid: r.metadata.uid.clone(),
+            },
+            sku,
+            gpu_count: idle,
+            start_time: Time(at),
+            end_time: None,
+            template: None,
+            discount_percent: r.spec.billing.as_ref().map(|b| b.discount),
+        },
+        status: None,
+    })
+}
+
+/// Closes every open record of `world` but `keep` at `at`.
+fn close_open(
+    plan: &mut Plan<GryviaReservationStatus>,
+    world: &ReservationMeteringWorld,
+    keep: Option<&str>,
+    at: Timestamp,
+) {
+    for rec in &world.open {
+        if rec.metadata.name.as_deref() == keep {
+            continue;
+        }
+        let mut closed = rec.clone();
+        closed.metadata = ObjectMeta {
+            name: rec.metadata.name.clone(),
+            labels: rec.metadata.labels.clone(),
+            ..ObjectMeta::default()
+        };
+        closed.status = None;
+        closed.spec.end_time = Some(Time(at.max(rec.spec.start_time.0)));
+        apply_record_of(plan, Some(closed));
+    }
+}
+
+fn apply_record_of<S>(plan: &mut Plan<S>, record: Option<GryviaUsageRecord>) {
+    if let Some(r) = record {
+        plan.apply_built(Child::from_resource(&r).map(Child::unowned));
+    }
+}
+
+/// The metering policy over GryviaReservations: while a reservation that charges its owner
+/// for idle time (`billing.chargeWhenIdle`, owner type team or tenant) holds GPUs no pod uses
+/// (`status.idleGpus`), one open usage record of that many GPUs, from the reservation's sample
+/// that saw the count; a new count closes it and opens another, and the end of the window, a
+/// reservation no longer charging, or its deletion closes it. The records carry the
+/// reservation's `billing.discount` and count like any job's: budgets, invoices, the gate.
+#[derive(Clone, Debug, Default)]
+pub struct ReservationMeteringReconciler;
+
+impl crate::Reconcile for ReservationMeteringReconciler {
+    type Object = GryviaReservation;
+    type World = ReservationMeteringWorld;
+    type Status = GryviaReservationStatus;
+
+    fn name(&self) -> &'static str {
+        "gryvia-reservation-metering"
+    }
+
+    fn reconcile(
+        &self,
+        r: &GryviaReservation,
+        world: &ReservationMeteringWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaReservationStatus> {
+        let mut plan = Plan::new();
+        let status = r.status.clone().unwrap_or_default();
+        let active = matches!(
+            status.phase,
+            Some(ReservationPhase::Active | ReservationPhase::Partial)
+        );
+        let idle = if active { status.idle_gpus.max(0) } else { 0 };
+        let at = status
+            .idle_sampled_at
+            .as_ref()
+            .map_or(now, |t| t.0)
+            .min(now);
+        let tenant = charged_tenant(r).filter(|_| idle > 0);
+        let keep = tenant.and_then(|_| {
+            world
+                .open
+                .iter()
+                .filter(|rec| rec.spec.gpu_count == idle)
+                .max_by_key(|rec| rec.spec.start_time.0)
+        });
+        close_open(
+            &mut plan,
+            world,
+            keep.and_then(|k| k.metadata.name.as_deref()),
+            at,
+        );
+        if let (Some(t), None) = (tenant, keep) {
+            apply_record_of(&mut plan, idle_record(r, t, idle, at, &world.skus));
+        }
+        plan
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    fn cleanup(
+        &self,
+        r: &GryviaReservation,
+        world: &ReservationMeteringWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaReservationStatus> {
+        let mut plan = Plan::new();
+        let at = r.metadata.deletion_timestamp.as_ref().map_or(now, |t| t.0);
+        close_open(&mut plan, world, None, at);
+        plan
+    }
+}
+
 /// The priced view of `record`: GPU-seconds up to its end (or `now`) and the cost at `sku`'s
 /// price, when there is one.
 pub fn price(
@@ -243,7 +413,7 @@ pub fn price(
     let seconds = end.duration_since(start).as_secs();
     let gpu_seconds = seconds.saturating_mul(i64::from(record.spec.gpu_count.max(0)));
     let cost = sku.map(|s| {
-        let micros = i128::from(gpu_seconds) * i128::from(s.price_micros) / 3600;
+        let micros = i128::from(gpu_seconds) * i128::from(unit_price(record, s)) / 3600;
         Decimal::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
     });
     GryviaUsageRecordStatus {
@@ -251,6 +421,13 @@ pub fn price(
         cost,
         currency: sku.map(|s| s.currency.clone()),
     }
+}
+
+/// The price of one GPU-hour of `record` at `sku`, micro-units: the SKU's, less the record's
+/// `discountPercent`.
+pub fn unit_price(record: &GryviaUsageRecord, sku: &Sku) -> i64 {
+    let discount = i64::from(record.spec.discount_percent.unwrap_or(0).clamp(0, 100));
+    sku.price_micros.saturating_mul(100 - discount) / 100
 }
 
 /// The SKU a record names: by name, else by GPU product (a record made before its product was
@@ -379,6 +556,110 @@ mod tests {
         );
         let r = usage_record(&j, &world(), None).unwrap();
         assert_eq!(r.spec.template.as_deref(), Some("finetune"));
+    }
+
+    fn reservation(charge: bool, idle: i32, phase: ReservationPhase) -> GryviaReservation {
+        let mut r: GryviaReservation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation",
+            "metadata": {"name": "window", "uid": "res-uid"},
+            "spec": {
+                "owner": {"type": "tenant", "name": "ml"},
+                "resources": {"gpuType": "NVIDIA-H100-80GB-HBM3", "gpuCount": 8},
+                "schedule": {"type": "immediate", "endTime": "2026-01-02T00:00:00Z"},
+                "billing": {"chargeWhenIdle": charge, "discount": 25}
+            }
+        }))
+        .unwrap();
+        r.status = Some(GryviaReservationStatus {
+            phase: Some(phase),
+            idle_gpus: idle,
+            idle_sampled_at: Some(Time(ts("2026-01-01T10:00:00Z"))),
+            ..GryviaReservationStatus::default()
+        });
+        r
+    }
+
+    fn applied(plan: &Plan<GryviaReservationStatus>) -> Vec<GryviaUsageRecord> {
+        plan.apply
+            .iter()
+            .map(|c| serde_json::from_value(c.object.clone()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn idle_reserved_gpus_are_metered_for_the_owner_at_the_discount() {
+        let now = ts("2026-01-01T10:00:20Z");
+        let r = reservation(true, 6, ReservationPhase::Active);
+        let w = ReservationMeteringWorld {
+            open: Vec::new(),
+            skus: skus(),
+        };
+        let plan = ReservationMeteringReconciler.reconcile(&r, &w, now);
+        let recs = applied(&plan);
+        assert_eq!(recs.len(), 1);
+        let rec = &recs[0];
+        assert_eq!(rec.metadata.name.as_deref(), Some("window-idle-1767261600"));
+        assert_eq!(rec.spec.tenant, "ml");
+        assert_eq!(rec.spec.namespace, "tenant-ml");
+        assert_eq!(rec.spec.workload.kind, "GryviaReservation");
+        assert_eq!(rec.spec.sku, "h100-80g");
+        assert_eq!(rec.spec.gpu_count, 6);
+        assert_eq!(
+            rec.spec.start_time.0,
+            ts("2026-01-01T10:00:00Z"),
+            "from the sample"
+        );
+        assert_eq!(rec.spec.end_time, None);
+        assert_eq!(rec.spec.discount_percent, Some(25));
+        assert!(!plan.apply[0].owned);
+        // Priced at 4.10 less 25 %: 6 GPUs for an hour cost 18.45.
+        let mut hour = rec.clone();
+        hour.spec.end_time = Some(Time(ts("2026-01-01T11:00:00Z")));
+        assert_eq!(unit_price(&hour, &skus()[0]), 3_075_000);
+        assert_eq!(
+            price(&hour, Some(&skus()[0]), now).cost.unwrap().as_str(),
+            "18.45"
+        );
+
+        // The same count: nothing to do. A new count: the record closes and another opens.
+        let w = ReservationMeteringWorld {
+            open: vec![rec.clone()],
+            skus: skus(),
+        };
+        assert!(
+            ReservationMeteringReconciler
+                .reconcile(&r, &w, now)
+                .is_noop()
+        );
+        let mut busier = reservation(true, 2, ReservationPhase::Active);
+        busier.status.as_mut().unwrap().idle_sampled_at = Some(Time(ts("2026-01-01T10:30:00Z")));
+        let recs = applied(&ReservationMeteringReconciler.reconcile(&busier, &w, now));
+        assert_eq!(recs.len(), 2);
+        assert_eq!(
+            recs[0].spec.end_time,
+            Some(Time(ts("2026-01-01T10:00:20Z"))),
+            "at most now"
+        );
+        assert_eq!(recs[1].spec.gpu_count, 2);
+
+        // The window over, or no charge: the open record closes and none opens.
+        for r in [
+            reservation(true, 6, ReservationPhase::Expired),
+            reservation(false, 6, ReservationPhase::Active),
+            reservation(true, 0, ReservationPhase::Active),
+        ] {
+            let recs = applied(&ReservationMeteringReconciler.reconcile(&r, &w, now));
+            assert_eq!(recs.len(), 1);
+            assert!(recs[0].spec.end_time.is_some());
+        }
+        // Deleted: closed at the deletion.
+        let mut gone = r.clone();
+        gone.metadata.deletion_timestamp = Some(Time(ts("2026-01-01T10:00:10Z")));
+        let recs = applied(&ReservationMeteringReconciler.cleanup(&gone, &w, now));
+        assert_eq!(
+            recs[0].spec.end_time,
+            Some(Time(ts("2026-01-01T10:00:10Z")))
+        );
     }
 
     #[test]

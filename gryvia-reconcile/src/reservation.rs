@@ -8,8 +8,9 @@
 //! recurring (days of the week, a local opening time and a length in a time zone; a window may
 //! cross midnight), optionally bounded by `startTime` and `endTime`.
 //!
-//! Status lists the held nodes and accumulates the reserved GPU time no pod used
-//! (`idleGpuSeconds`), sampled at every reconcile (at least every 30 s while active).
+//! Status lists the held nodes, the reserved GPUs no pod uses now (`idleGpus`), and accumulates
+//! the reserved GPU time no pod used (`idleGpuSeconds`), sampled at every reconcile (at least
+//! every 30 s while active).
 
 use std::time::Duration;
 
@@ -302,6 +303,16 @@ fn gpus_on(world: &ReservationWorld, nodes: &[String]) -> i32 {
         .sum()
 }
 
+/// GPUs of `nodes` no pod uses.
+fn idle_on(world: &ReservationWorld, nodes: &[String]) -> i32 {
+    world
+        .nodes
+        .iter()
+        .filter(|n| nodes.contains(&n.name))
+        .map(|n| (n.gpus - n.gpus_in_use).max(0))
+        .sum()
+}
+
 fn hold(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str) {
     plan.node_ops.push(NodeOp::Label {
         node: node.to_owned(),
@@ -398,6 +409,14 @@ impl crate::Reconcile for ReservationReconciler {
         }
         move_nodes(&mut plan, &name, &decision.nodes, world, &held_now);
         status.reserved_gpus = gpus_on(world, &decision.nodes);
+        status.idle_gpus = if matches!(
+            decision.phase,
+            ReservationPhase::Active | ReservationPhase::Partial
+        ) {
+            idle_on(world, &decision.nodes)
+        } else {
+            0
+        };
         status.reserved_nodes = decision.nodes;
         record_phase(
             &mut plan,
@@ -662,6 +681,14 @@ mod tests {
         let b = node("b", 8, 0, Some("r1"));
         let now = t("2026-12-02T10:00:10Z");
         assert_eq!(idle_gpu_seconds(&current, &[&a, &b], now), 50);
+        let world = ReservationWorld {
+            nodes: vec![a.clone(), b.clone()],
+        };
+        assert_eq!(
+            idle_on(&world, &["a".into(), "b".into()]),
+            13,
+            "idle now: 5 + 8"
+        );
         current.phase = Some(ReservationPhase::Pending);
         assert_eq!(idle_gpu_seconds(&current, &[&a, &b], now), 0);
     }

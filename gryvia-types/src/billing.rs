@@ -327,6 +327,10 @@ pub struct GryviaUsageRecordSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub template: Option<String>,
+    /// Percent off the SKU's price (a reservation's `billing.discount` on its idle GPU time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub discount_percent: Option<i32>,
 }
 
 /// A metered workload.

@@ -424,10 +424,12 @@ pub struct ReservationSla {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationBilling {
-    /// Charge reserved GPUs while they are idle.
+    /// Charge the owner (a tenant or team) for reserved GPUs while no pod uses them: with the
+    /// quota-operator's `--metering`, idle reserved GPU time becomes usage records of the
+    /// reservation, on the owner's invoices and budgets.
     #[serde(default)]
     pub charge_when_idle: bool,
-    /// Discount on the SKU price, percent.
+    /// Discount on the SKU price of the idle reserved GPU time, percent.
     #[serde(default)]
     #[schemars(range(min = 0, max = 100))]
     pub discount: i32,
@@ -455,6 +457,9 @@ pub struct GryviaReservationStatus {
     /// Reserved GPU-seconds during which no pod used the GPU.
     #[serde(default)]
     pub idle_gpu_seconds: i64,
+    /// Reserved GPUs no pod uses now (0 while the reservation holds nothing).
+    #[serde(default)]
+    pub idle_gpus: i32,
     /// When idle GPU time was last counted (while the reservation holds nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_sampled_at: Option<Time>,

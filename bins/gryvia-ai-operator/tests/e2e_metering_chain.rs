@@ -23,7 +23,8 @@ use gryvia_testsupport::{
 };
 use gryvia_types::{
     AlertChannel, BudgetState, DeliveryState, GryviaAIJob, GryviaBudget, GryviaBudgetStatus,
-    GryviaGpuSku, GryviaInvoice, GryviaTenant, GryviaUsageRecord, InvoicePhase, JobPhase,
+    GryviaGpuSku, GryviaInvoice, GryviaReservation, GryviaTenant, GryviaUsageRecord, InvoicePhase,
+    JobPhase,
 };
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -49,10 +50,14 @@ struct ClusterObjects {
     webhook: String,
     invoices: Vec<String>,
     tenants: Vec<String>,
+    reservation_sku: String,
+    reservation: String,
 }
 
 impl Drop for ClusterObjects {
     fn drop(&mut self) {
+        let (reservation_sku, reservation) =
+            (self.reservation_sku.clone(), self.reservation.clone());
         let (sku, budget, records, webhook, invoices, tenants) = (
             self.sku.clone(),
             self.budget.clone(),
@@ -67,8 +72,13 @@ impl Drop for ClusterObjects {
             let _ = Api::<GryviaBudget>::all(client.clone())
                 .delete(&budget, &dp)
                 .await;
-            let _ = Api::<GryviaGpuSku>::all(client.clone())
-                .delete(&sku, &dp)
+            for s in [sku, reservation_sku] {
+                let _ = Api::<GryviaGpuSku>::all(client.clone())
+                    .delete(&s, &dp)
+                    .await;
+            }
+            let _ = Api::<GryviaReservation>::all(client.clone())
+                .delete(&reservation, &dp)
                 .await;
             for r in records {
                 let _ = Api::<GryviaUsageRecord>::all(client.clone())
@@ -140,6 +150,12 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     let _nodes = KwokNodes::create_with_product(&client, "chain", 1, 8, &product)
         .await
         .unwrap();
+    // A node of another product, for a reservation that charges its tenant for idle time.
+    let reserved_product = unique("E2E-CHAIN-RESERVED");
+    let _reserved_nodes =
+        KwokNodes::create_with_product(&client, "chainres", 1, 8, &reserved_product)
+            .await
+            .unwrap();
     let mut objects = ClusterObjects {
         sku: unique("e2e-chain-sku"),
         budget: unique("e2e-chain-budget"),
@@ -147,6 +163,8 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         records: Vec::new(),
         invoices: Vec::new(),
         tenants: Vec::new(),
+        reservation_sku: unique("e2e-chain-reserved-sku"),
+        reservation: unique("e2e-chain-window"),
     };
     // The jobs' namespace belongs to a tenant (by the label metering and admission read), with
     // an invoice made by hand for a period from a minute ago to 45 s from now, which the
@@ -295,6 +313,7 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
             "--webhook-namespace-selector",
             &selector,
             "--admission-gate",
+            "--enable-reservations",
         ],
         Some(&access.kubeconfig),
         "ai-operator-chain",
@@ -712,6 +731,83 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         .await
         .unwrap();
     assert_eq!(fits.spec.active_deadline_seconds, Some(3));
+
+    // Reservation charges: a reservation of the tenant that charges for idle time holds the
+    // other product's node (8 GPUs, no pod): its idle GPUs are metered to the tenant at its
+    // 25 % discount, and its deletion closes the record.
+    skus.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": objects.reservation_sku},
+            "spec": {"gpuProduct": reserved_product, "pricePerGpuHour": "3600"}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let reservations: Api<GryviaReservation> = Api::all(client.clone());
+    reservations
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": objects.reservation},
+                "spec": {"owner": {"type": "tenant", "name": tenant},
+                         "resources": {"gpuType": reserved_product, "gpuCount": 8},
+                         "schedule": {"type": "immediate",
+                                      "endTime": jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 3600).unwrap()},
+                         "billing": {"chargeWhenIdle": true, "discount": 25}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let by_reservation =
+        ListParams::default().labels(&format!("gryvia.io/reservation={}", objects.reservation));
+    let idle = wait_for(
+        "the reservation's idle record",
+        Duration::from_secs(60),
+        || {
+            let (records, lp) = (records.clone(), by_reservation.clone());
+            async move { records.list(&lp).await.ok()?.items.into_iter().next() }
+        },
+    )
+    .await
+    .unwrap();
+    let idle_name = idle.metadata.name.clone().unwrap();
+    objects.records.push(idle_name.clone());
+    assert_eq!(idle.spec.tenant, tenant);
+    assert_eq!(idle.spec.workload.kind, "GryviaReservation");
+    assert_eq!(idle.spec.workload.name, objects.reservation);
+    assert_eq!(idle.spec.sku, objects.reservation_sku);
+    assert_eq!(idle.spec.gpu_count, 8);
+    assert_eq!(idle.spec.discount_percent, Some(25));
+    assert_eq!(idle.spec.end_time, None);
+    reservations
+        .delete(&objects.reservation, &DeleteParams::default())
+        .await
+        .unwrap();
+    let closed = wait_for(
+        "the idle record closed and priced",
+        Duration::from_secs(60),
+        || {
+            let (records, name) = (records.clone(), idle_name.clone());
+            async move {
+                let r = records.get(&name).await.ok()?;
+                let st = r.status.clone()?;
+                (r.spec.end_time.is_some()
+                    && st.gpu_seconds
+                        == (r.spec.end_time.as_ref()?.0.as_second()
+                            - r.spec.start_time.0.as_second())
+                            * 8)
+                .then_some(st)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // 8 GPUs at 3600 USD a GPU-hour less 25 %: 0.75 USD a GPU-second.
+    let want = gryvia_types::money::Decimal::from_micros(closed.gpu_seconds * 750_000);
+    assert_eq!(closed.cost, Some(want), "{closed:?}");
 
     // The job goes while the quota-operator runs: it removes its metering finalizer.
     jobs.delete("first", &DeleteParams::default())

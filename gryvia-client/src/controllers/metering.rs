@@ -1,13 +1,21 @@
-//! The metering controller of the quota-operator (opt-in): a GryviaUsageRecord for every GPU
-//! job (policy: `gryvia_reconcile::metering`). Reads the catalogue, the job's namespace and the
+//! The metering controllers of the quota-operator (opt-in): a GryviaUsageRecord for every GPU
+//! job, and for the idle GPU time of reservations that charge for it (policy:
+//! `gryvia_reconcile::metering`). Reads the catalogue, the job's namespace and the
 //! GPU product of its first worker's node from the operator's caches.
 
-use gryvia_reconcile::metering::{MeteringReconciler, MeteringWorld, node_product};
-use gryvia_types::{CachedPod, GryviaAIJob, GryviaGpuSku, labels};
+use std::sync::Arc;
+
+use gryvia_reconcile::metering::{
+    MeteringReconciler, MeteringWorld, ReservationMeteringReconciler, ReservationMeteringWorld,
+    node_product,
+};
+use gryvia_types::{
+    CachedPod, GryviaAIJob, GryviaGpuSku, GryviaReservation, GryviaUsageRecord, labels,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::aijob::pods_of_job;
 use super::budget::catalogue;
@@ -65,4 +73,59 @@ pub fn controller(shared: &Shared) -> Running {
         nodes: c.store(),
     };
     Box::pin(run(ctrl, shared.context(MeteringReconciler, observer)))
+}
+
+/// Observes what metering a reservation's idle time needs: its open usage records and the
+/// catalogue.
+pub struct ReservationMeteringObserver {
+    records: Store<GryviaUsageRecord>,
+    skus: Store<GryviaGpuSku>,
+}
+
+#[async_trait::async_trait]
+impl Observe for ReservationMeteringObserver {
+    type Object = GryviaReservation;
+    type World = ReservationMeteringWorld;
+
+    async fn observe(&self, r: &GryviaReservation) -> Result<ReservationMeteringWorld> {
+        wait_ready(&self.records, "GryviaUsageRecord").await?;
+        wait_ready(&self.skus, "GryviaGpuSku").await?;
+        let name = r.name_any();
+        let open = self
+            .records
+            .state()
+            .iter()
+            .filter(|rec| rec.labels().get(labels::RESERVATION) == Some(&name))
+            .filter(|rec| rec.spec.end_time.is_none())
+            .map(|rec| (**rec).clone())
+            .collect();
+        Ok(ReservationMeteringWorld {
+            open,
+            skus: catalogue(&self.skus),
+        })
+    }
+}
+
+/// The metering of reservations' idle GPU time (`billing.chargeWhenIdle`): a reservation is
+/// reconciled at every change, its status included (its idle GPUs are what it meters), and when
+/// one of its records changes.
+pub fn reservation_controller(shared: &Shared) -> Running {
+    let c = &shared.caches;
+    let ctrl = Controller::for_shared_stream(c.subscribe::<GryviaReservation>(), c.store())
+        .watches_shared_stream(
+            c.subscribe::<GryviaUsageRecord>(),
+            |rec: Arc<GryviaUsageRecord>| {
+                rec.labels()
+                    .get(labels::RESERVATION)
+                    .map(|name| ObjectRef::<GryviaReservation>::new(name))
+            },
+        );
+    let observer = ReservationMeteringObserver {
+        records: c.store(),
+        skus: c.store(),
+    };
+    Box::pin(run(
+        ctrl,
+        shared.context(ReservationMeteringReconciler, observer),
+    ))
 }

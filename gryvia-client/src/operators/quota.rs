@@ -20,9 +20,10 @@ pub struct Flags {
     /// Create RoleBindings for tenant members (opt-in; chart value quotaOperator.tenantRbac).
     #[arg(long, env = "GRYVIA_TENANT_RBAC")]
     pub tenant_rbac: bool,
-    /// Meter GPU jobs: a GryviaUsageRecord for every GPU job, priced from the GryviaGpuSku
-    /// catalogue (opt-in: it puts a finalizer on every GryviaAIJob, which closes the job's
-    /// record when the job is deleted).
+    /// Meter GPU jobs: a GryviaUsageRecord for every GPU job, and for the idle GPU time of
+    /// reservations with billing.chargeWhenIdle, priced from the GryviaGpuSku catalogue
+    /// (opt-in: it puts a finalizer on every GryviaAIJob and GryviaReservation, which closes
+    /// their open record when they are deleted).
     #[arg(long, env = "GRYVIA_METERING")]
     pub metering: bool,
     /// Invoices: price GryviaInvoices from the usage records and issue them once their period
@@ -174,6 +175,7 @@ pub fn controllers(flags: &Flags) -> Result<ControllerSet> {
         .with(move |s| budget::controller(s, alerts.clone()))
         .with_if(flags.metering, metering::controller)
         .with_if(flags.metering, usage_record::controller)
+        .with_if(flags.metering, metering::reservation_controller)
         .with_if(flags.invoices, move |s| {
             invoice::controller(s, invoices.clone())
         })
