@@ -86,6 +86,21 @@ pub struct JobCharge {
     pub currency: Option<String>,
     /// The SKU's price a GPU-hour, micro-units.
     pub price_micros: i64,
+    /// GPU-seconds with a utilisation reading (of the records' measured mean).
+    pub measured_gpu_seconds: i64,
+    /// Utilisation percent times those GPU-seconds.
+    pub percent_gpu_seconds: i64,
+    /// Of the measured GPU-seconds, those the GPUs idled.
+    pub idle_gpu_seconds: i64,
+}
+
+impl JobCharge {
+    /// The mean utilisation of the measured GPU-seconds, percent.
+    pub fn mean_percent(&self) -> Option<i32> {
+        (self.measured_gpu_seconds > 0).then(|| {
+            i32::try_from(self.percent_gpu_seconds / self.measured_gpu_seconds).unwrap_or(100)
+        })
+    }
 }
 
 /// A tenant's charges over a span: per (namespace, workload kind, workload name, SKU).
@@ -149,6 +164,20 @@ pub fn charges(
         c.micros = c.micros.saturating_add(micros);
         c.currency = sku.map(|s| s.currency.clone());
         c.price_micros = price;
+        // The record's measured mean stands for its whole interval's piece here.
+        if let Some(u) = r
+            .status
+            .as_ref()
+            .and_then(|s| s.utilisation.as_ref())
+            .filter(|u| u.sampled_seconds > 0)
+        {
+            let mean = i64::from(u.mean_percent.clamp(0, 100));
+            c.measured_gpu_seconds = c.measured_gpu_seconds.saturating_add(seconds);
+            c.percent_gpu_seconds = c.percent_gpu_seconds.saturating_add(seconds * mean);
+            c.idle_gpu_seconds = c
+                .idle_gpu_seconds
+                .saturating_add(seconds * (100 - mean) / 100);
+        }
     }
     out
 }
@@ -183,6 +212,8 @@ pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges)
                     gpu_hours: hours(c.gpu_seconds),
                     amount: Decimal::from_micros(c.micros),
                     currency: cur.clone(),
+                    mean_utilisation_percent: c.mean_percent(),
+                    idle_gpu_hours: c.mean_percent().map(|_| hours(c.idle_gpu_seconds)),
                 });
             }
         }
@@ -216,6 +247,9 @@ pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges)
         })
         .collect();
     status.gpu_hours = Some(hours(charges.gpu_seconds()));
+    let measured = charges.jobs.values().any(|c| c.measured_gpu_seconds > 0);
+    status.idle_gpu_hours =
+        measured.then(|| hours(charges.jobs.values().map(|c| c.idle_gpu_seconds).sum()));
     status.records = i32::try_from(charges.records).unwrap_or(i32::MAX);
 }
 
@@ -769,6 +803,41 @@ mod tests {
         assert_eq!(st.gpu_hours.unwrap().as_str(), "19.5");
         assert!(plan.events.is_empty());
         assert_eq!(plan.requeue_after(), Some(REFRESH));
+    }
+
+    #[test]
+    fn the_idle_share_of_a_jobs_gpus_is_listed_where_readings_measured_it() {
+        let mut w = world();
+        // train's GPUs were 25 % busy: of its 10 August GPU-hours, 7.5 idled.
+        w.records[0].status = Some(gryvia_types::GryviaUsageRecordStatus {
+            utilisation: Some(gryvia_types::RecordUtilisation {
+                mean_percent: 25,
+                sampled_seconds: 36_000,
+                percent_seconds: 900_000,
+                idle_gpu_seconds: 54_000,
+                sampled_at: Time(ts("2026-08-01T05:00:00Z")),
+            }),
+            ..Default::default()
+        });
+        let inv = invoice(
+            "ml-2026-08",
+            "2026-08-01T00:00:00Z",
+            "2026-09-01T00:00:00Z",
+            "2026-08-01T00:00:00Z",
+        );
+        let st = InvoiceReconciler::default()
+            .reconcile(&inv, &w, ts("2026-08-10T06:00:00Z"))
+            .status
+            .unwrap();
+        let train = st.jobs.iter().find(|j| j.name == "train").unwrap();
+        assert_eq!(train.mean_utilisation_percent, Some(25));
+        assert_eq!(train.idle_gpu_hours.as_ref().unwrap().as_str(), "7.5");
+        let serve = st.jobs.iter().find(|j| j.name == "serve").unwrap();
+        assert_eq!(
+            (serve.mean_utilisation_percent, serve.idle_gpu_hours.clone()),
+            (None, None)
+        );
+        assert_eq!(st.idle_gpu_hours.unwrap().as_str(), "7.5");
     }
 
     #[test]

@@ -26,7 +26,8 @@ use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, T
 use gryvia_types::money::Decimal;
 use gryvia_types::{
     GryviaAIJob, GryviaAIJobStatus, GryviaReservation, GryviaReservationStatus, GryviaUsageRecord,
-    GryviaUsageRecordSpec, GryviaUsageRecordStatus, OwnerType, ReservationPhase, WorkloadRef,
+    GryviaUsageRecordSpec, GryviaUsageRecordStatus, OwnerType, RecordUtilisation, ReservationPhase,
+    WorkloadRef,
 };
 use serde::{Deserialize, Serialize};
 
@@ -420,7 +421,56 @@ pub fn price(
         gpu_seconds,
         cost,
         currency: sku.map(|s| s.currency.clone()),
+        utilisation: record.status.as_ref().and_then(|s| s.utilisation.clone()),
     }
+}
+
+/// `before` brought up to `at` with a reading of `percent` (the mean utilisation of the record's
+/// GPUs now): the time since the last sample counts at this reading. The first reading starts
+/// the count; no reading leaves it as it was.
+pub fn sample_utilisation(
+    before: Option<&RecordUtilisation>,
+    percent: Option<i32>,
+    gpus: i32,
+    at: Timestamp,
+) -> Option<RecordUtilisation> {
+    let Some(p) = percent.map(|p| p.clamp(0, 100)) else {
+        return before.cloned();
+    };
+    let Some(b) = before else {
+        return Some(RecordUtilisation {
+            mean_percent: p,
+            sampled_seconds: 0,
+            percent_seconds: 0,
+            idle_gpu_seconds: 0,
+            sampled_at: Time(at),
+        });
+    };
+    let dt = (at.as_second() - b.sampled_at.0.as_second()).max(0);
+    if dt == 0 {
+        return Some(b.clone());
+    }
+    let sampled_seconds = b.sampled_seconds.saturating_add(dt);
+    let percent_seconds = b.percent_seconds.saturating_add(i64::from(p) * dt);
+    let idle = i64::from(gpus.max(0)) * dt * i64::from(100 - p) / 100;
+    Some(RecordUtilisation {
+        mean_percent: i32::try_from(percent_seconds / sampled_seconds).unwrap_or(100),
+        sampled_seconds,
+        percent_seconds,
+        idle_gpu_seconds: b.idle_gpu_seconds.saturating_add(idle),
+        sampled_at: Time(at),
+    })
+}
+
+/// What pricing a usage record needs: the catalogue, and the mean utilisation of its job's
+/// GPUs now (from the node agents' readings of the nodes its pods ran on), when known.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct UsageRecordWorld {
+    /// The catalogue.
+    pub skus: Vec<Sku>,
+    /// Mean utilisation percent of the record's GPUs now.
+    pub utilisation: Option<i32>,
 }
 
 /// The price of one GPU-hour of `record` at `sku`, micro-units: the SKU's, less the record's
@@ -446,7 +496,7 @@ pub struct UsageRecordReconciler;
 
 impl crate::Reconcile for UsageRecordReconciler {
     type Object = GryviaUsageRecord;
-    type World = Vec<Sku>;
+    type World = UsageRecordWorld;
     type Status = GryviaUsageRecordStatus;
 
     fn name(&self) -> &'static str {
@@ -456,11 +506,22 @@ impl crate::Reconcile for UsageRecordReconciler {
     fn reconcile(
         &self,
         record: &GryviaUsageRecord,
-        skus: &Vec<Sku>,
+        world: &UsageRecordWorld,
         now: Timestamp,
     ) -> Plan<GryviaUsageRecordStatus> {
         let mut plan = Plan::new();
-        let status = price(record, sku_of(record, skus), now);
+        let mut status = price(record, sku_of(record, &world.skus), now);
+        // Readings count up to the record's end: a closed record is sampled once more at it.
+        let end = record.spec.end_time.as_ref().map_or(now, |t| t.0.min(now));
+        let last = status.utilisation.as_ref().map(|u| u.sampled_at.0);
+        if last.is_none_or(|t| t < end) {
+            status.utilisation = sample_utilisation(
+                status.utilisation.as_ref(),
+                world.utilisation,
+                record.spec.gpu_count,
+                end,
+            );
+        }
         plan.set_status_if_changed(record.status.as_ref(), status);
         if record.spec.end_time.is_none() {
             plan.requeue(REFRESH);
@@ -720,7 +781,11 @@ mod tests {
         let j = job(Some("NVIDIA-H100-80GB-HBM3"));
         let mut r = usage_record(&j, &world(), None).unwrap();
         // 8 GPUs for 90 minutes at 4.10 a GPU-hour: 12 GPU-hours, 49.20.
-        let plan = UsageRecordReconciler.reconcile(&r, &skus(), ts("2026-01-01T11:30:00Z"));
+        let priced = UsageRecordWorld {
+            skus: skus(),
+            utilisation: None,
+        };
+        let plan = UsageRecordReconciler.reconcile(&r, &priced, ts("2026-01-01T11:30:00Z"));
         let st = plan.status.clone().unwrap();
         assert_eq!(st.gpu_seconds, 8 * 5400);
         assert_eq!(st.cost.unwrap().as_str(), "49.2");
@@ -729,7 +794,7 @@ mod tests {
         // 7 seconds of one GPU at 4.10: 0.007972 (rounded down to the micro-unit).
         r.spec.gpu_count = 1;
         r.spec.end_time = Some(Time(ts("2026-01-01T10:00:07Z")));
-        let plan = UsageRecordReconciler.reconcile(&r, &skus(), ts("2026-01-01T11:30:00Z"));
+        let plan = UsageRecordReconciler.reconcile(&r, &priced, ts("2026-01-01T11:30:00Z"));
         assert_eq!(
             plan.status.clone().unwrap().cost.unwrap().as_str(),
             "0.007972"
@@ -738,13 +803,67 @@ mod tests {
         r.status = plan.status;
         assert!(
             UsageRecordReconciler
-                .reconcile(&r, &skus(), ts("2026-01-02T00:00:00Z"))
+                .reconcile(&r, &priced, ts("2026-01-02T00:00:00Z"))
                 .is_noop()
         );
         // Unpriced while the catalogue lacks its SKU.
         r.spec.sku = "NVIDIA-B200".into();
         let st = price(&r, sku_of(&r, &skus()), ts("2026-01-02T00:00:00Z"));
         assert_eq!((st.gpu_seconds, st.cost, st.currency), (7, None, None));
+    }
+
+    #[test]
+    fn utilisation_is_sampled_while_open_and_once_more_at_the_end() {
+        let j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        let mut r = usage_record(&j, &world(), None).unwrap();
+        let reading = |p: Option<i32>| UsageRecordWorld {
+            skus: skus(),
+            utilisation: p,
+        };
+        // The first reading starts the count at 10:00:30 (8 GPUs).
+        let st = UsageRecordReconciler
+            .reconcile(&r, &reading(Some(90)), ts("2026-01-01T10:00:30Z"))
+            .status
+            .unwrap();
+        let u = st.utilisation.clone().unwrap();
+        assert_eq!(
+            (u.mean_percent, u.sampled_seconds, u.idle_gpu_seconds),
+            (90, 0, 0)
+        );
+        r.status = Some(st);
+        // A minute at 40 %, then no reading (the count stays), then a minute at 100 %.
+        let st = UsageRecordReconciler
+            .reconcile(&r, &reading(Some(40)), ts("2026-01-01T10:01:30Z"))
+            .status
+            .unwrap();
+        r.status = Some(st);
+        let plan = UsageRecordReconciler.reconcile(&r, &reading(None), ts("2026-01-01T10:02:00Z"));
+        assert_eq!(
+            plan.status.unwrap().utilisation,
+            r.status.as_ref().unwrap().utilisation
+        );
+        // Closed at 10:02:30: the last reading counts up to the end, not to now.
+        r.spec.end_time = Some(Time(ts("2026-01-01T10:02:30Z")));
+        let st = UsageRecordReconciler
+            .reconcile(&r, &reading(Some(100)), ts("2026-01-01T10:05:00Z"))
+            .status
+            .unwrap();
+        let u = st.utilisation.clone().unwrap();
+        assert_eq!(u.sampled_seconds, 120);
+        assert_eq!(u.mean_percent, 70, "(60 x 40 + 60 x 100) / 120");
+        assert_eq!(
+            u.idle_gpu_seconds,
+            8 * 60 * 60 / 100,
+            "60 % idle for a minute on 8 GPUs"
+        );
+        assert_eq!(u.sampled_at.0, ts("2026-01-01T10:02:30Z"));
+        r.status = Some(st);
+        assert!(
+            UsageRecordReconciler
+                .reconcile(&r, &reading(Some(0)), ts("2026-01-01T11:00:00Z"))
+                .is_noop(),
+            "a closed record sampled at its end is final"
+        );
     }
 
     #[test]

@@ -359,6 +359,26 @@ pub struct GryviaUsageRecordStatus {
     /// Currency of `cost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
+    /// How busy the job's GPUs were, from the node agents' readings (when they report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<RecordUtilisation>,
+}
+
+/// How busy a usage record's GPUs were over the part of its interval the node agents' readings
+/// cover (sampled when the record is priced: at least every minute while it is open).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordUtilisation {
+    /// Mean GPU utilisation over the sampled time, percent.
+    pub mean_percent: i32,
+    /// Seconds of the interval the readings cover.
+    pub sampled_seconds: i64,
+    /// Utilisation percent times seconds, summed over the samples (the mean's numerator).
+    pub percent_seconds: i64,
+    /// GPU-seconds the GPUs idled: GPUs x sampled seconds x (100 - utilisation) / 100.
+    pub idle_gpu_seconds: i64,
+    /// When it was last sampled.
+    pub sampled_at: Time,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -487,6 +507,9 @@ pub struct GryviaInvoiceStatus {
     /// GPU-hours of every line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_hours: Option<Decimal>,
+    /// Of `gpuHours`, those the GPUs idled, where the node agents reported utilisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_gpu_hours: Option<Decimal>,
     /// Usage priced in other currencies, listed per currency and not added to the total.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_currencies: Vec<CurrencyAmount>,
@@ -534,6 +557,12 @@ pub struct InvoiceJob {
     pub amount: Decimal,
     /// The SKU's currency.
     pub currency: String,
+    /// Mean utilisation of the job's GPUs, percent, where the node agents reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_utilisation_percent: Option<i32>,
+    /// Of `gpuHours`, those the GPUs idled (from the same readings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_gpu_hours: Option<Decimal>,
 }
 
 /// An amount in a currency.

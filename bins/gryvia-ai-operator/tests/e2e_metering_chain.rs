@@ -147,9 +147,46 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // A GPU product of the test's own: its SKU prices only this test's jobs, which run on
     // these nodes.
     let product = unique("E2E-CHAIN-GPU");
-    let _nodes = KwokNodes::create_with_product(&client, "chain", 1, 8, &product)
+    let nodes = KwokNodes::create_with_product(&client, "chain", 1, 8, &product)
         .await
         .unwrap();
+    // A node agent reports the node's GPUs (a replayed trace): 40 % busy, which metering
+    // samples into the job's record.
+    let trace =
+        std::env::temp_dir().join(format!("gryvia-chain-trace-{}.yaml", std::process::id()));
+    std::fs::write(
+        &trace,
+        "gpuCount: 8\ndefaults:\n  utilizationPercent: 40\nframes:\n  - gpus: []\n",
+    )
+    .unwrap();
+    let agent = gryvia_client::gpu_agent::Agent::new(
+        client.clone(),
+        gryvia_client::gpu_agent::AgentConfig {
+            node: nodes.names[0].clone(),
+            interval: Duration::from_secs(1),
+            once: false,
+        },
+        Box::new(gryvia_client::gpu_agent::TraceSource::open(&trace, &nodes.names[0]).unwrap()),
+        std::sync::Arc::new(gryvia_client::gpu_agent::DryRunExecutor {
+            log: None,
+            duration: Duration::ZERO,
+        }),
+    );
+    let agent = tokio::spawn(async move { agent.run(std::future::pending()).await });
+    let gpu_nodes: Api<gryvia_types::GryviaGpuNode> = Api::all(client.clone());
+    wait_for(
+        "the node agent's first report",
+        Duration::from_secs(30),
+        || {
+            let (gpu_nodes, name) = (gpu_nodes.clone(), nodes.names[0].clone());
+            async move {
+                let g = gpu_nodes.get(&name).await.ok()?;
+                (g.status?.gpus.len() == 8).then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
     // A node of another product, for a reservation that charges its tenant for idle time.
     let reserved_product = unique("E2E-CHAIN-RESERVED");
     let _reserved_nodes =
@@ -397,7 +434,34 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         priced.gpu_seconds >= 10,
         "the pod ran ten seconds: {priced:?}"
     );
-    let cost = priced.cost.unwrap();
+    let cost = priced.cost.clone().unwrap();
+    // Utilisation: the node agent's 40 % over the job's run, and the idle GPU-seconds with it.
+    let measured = wait_for(
+        "the record's GPU utilisation",
+        Duration::from_secs(60),
+        || {
+            let (records, name) = (records.clone(), record_name.clone());
+            async move {
+                let u = records.get(&name).await.ok()?.status?.utilisation?;
+                (u.sampled_seconds > 0).then_some(u)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(measured.mean_percent, 40, "{measured:?}");
+    // Each sample rounds its idle GPU-seconds down.
+    assert!(
+        measured
+            .idle_gpu_seconds
+            .abs_diff(measured.sampled_seconds * 60 / 100)
+            <= 1,
+        "{measured:?}"
+    );
+    assert!(
+        measured.sampled_seconds <= priced.gpu_seconds,
+        "{measured:?} {priced:?}"
+    );
     assert_eq!(
         cost.as_str(),
         priced.gpu_seconds.to_string(),
@@ -589,6 +653,8 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         )]
     );
     assert_eq!(st.jobs[0].amount, cost);
+    assert_eq!(st.jobs[0].mean_utilisation_percent, Some(40), "{st:?}");
+    assert!(st.idle_gpu_hours.is_some(), "{st:?}");
     assert_eq!(st.total.as_ref(), Some(&cost));
     assert_eq!(st.line_items.len(), 1);
     assert_eq!(st.line_items[0].sku, objects.sku);
@@ -808,6 +874,9 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // 8 GPUs at 3600 USD a GPU-hour less 25 %: 0.75 USD a GPU-second.
     let want = gryvia_types::money::Decimal::from_micros(closed.gpu_seconds * 750_000);
     assert_eq!(closed.cost, Some(want), "{closed:?}");
+
+    agent.abort();
+    let _ = std::fs::remove_file(&trace);
 
     // The job goes while the quota-operator runs: it removes its metering finalizer.
     jobs.delete("first", &DeleteParams::default())

@@ -137,6 +137,12 @@ fn print_invoice(i: &GryviaInvoice) {
         st.gpu_hours.as_ref().map_or("-", Decimal::as_str),
         st.records
     ));
+    if let Some(idle) = &st.idle_gpu_hours {
+        head.push_str(&format!(
+            "Idle:       {} GPU-hours (measured by the node agents)\n",
+            idle.as_str()
+        ));
+    }
     for o in &st.other_currencies {
         head.push_str(&format!(
             "Also:       {} {} (not in the total)\n",
@@ -179,7 +185,16 @@ fn print_details(st: &GryviaInvoiceStatus, cur: &str) {
     }
     let _ = crate::print_out("\n");
     lines.print();
-    let mut jobs = Table::new(&["NAMESPACE", "KIND", "NAME", "SKU", "GPU-HOURS", "AMOUNT"]);
+    let mut jobs = Table::new(&[
+        "NAMESPACE",
+        "KIND",
+        "NAME",
+        "SKU",
+        "GPU-HOURS",
+        "UTIL",
+        "IDLE GPU-HOURS",
+        "AMOUNT",
+    ]);
     for j in &st.jobs {
         jobs.row(vec![
             j.namespace.clone(),
@@ -187,6 +202,12 @@ fn print_details(st: &GryviaInvoiceStatus, cur: &str) {
             j.name.clone(),
             j.sku.clone(),
             j.gpu_hours.as_str().to_owned(),
+            j.mean_utilisation_percent
+                .map_or_else(|| "-".to_owned(), |p| format!("{p}%")),
+            j.idle_gpu_hours
+                .as_ref()
+                .map_or("-", Decimal::as_str)
+                .to_owned(),
             format!("{} {}", j.amount.as_str(), j.currency),
         ]);
     }
@@ -324,6 +345,12 @@ fn print_cost(c: &Cost, detailed: bool) {
         None => "Forecast:   none yet (from one hour into the period)\n".to_owned(),
     });
     head.push_str(&format!("Records:    {}\n", c.records));
+    if let Some(idle) = &c.detail.idle_gpu_hours {
+        head.push_str(&format!(
+            "Idle:       {} GPU-hours (measured by the node agents)\n",
+            idle.as_str()
+        ));
+    }
     for o in &c.detail.other_currencies {
         head.push_str(&format!(
             "Also:       {} {} (not in the spend)\n",

@@ -1,33 +1,71 @@
 //! The usage record controller of the quota-operator (opt-in, with metering): prices each
-//! GryviaUsageRecord from the catalogue (policy: `gryvia_reconcile::metering`).
+//! GryviaUsageRecord from the catalogue and samples how busy its job's GPUs are from the node
+//! agents' GryviaGpuNodes (policy: `gryvia_reconcile::metering`).
 
 use std::sync::Arc;
 
-use gryvia_reconcile::metering::{Sku, UsageRecordReconciler};
-use gryvia_types::{GryviaGpuSku, GryviaUsageRecord};
+use gryvia_reconcile::metering::{UsageRecordReconciler, UsageRecordWorld};
+use gryvia_types::{CachedPod, GryviaGpuNode, GryviaGpuSku, GryviaUsageRecord};
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::aijob::pods_of_job;
 use super::budget::catalogue;
-use super::{Running, Shared, changed};
+use super::{Running, Shared, cached, changed};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
 
-/// Observes the catalogue, for pricing a usage record.
+/// Observes the catalogue, for pricing a usage record, and the readings of its job's GPUs.
 pub struct UsageRecordObserver {
     skus: Store<GryviaGpuSku>,
+    pods: Store<CachedPod>,
+    gpu_nodes: Store<GryviaGpuNode>,
+}
+
+/// The mean utilisation of the GPUs on the nodes `pods` ran on, from their GryviaGpuNodes
+/// (`None` when no node agent reports for them). Exact for pods that take whole nodes; for a
+/// node shared with other pods, its mean over all its GPUs.
+pub fn utilisation_of(pods: &[Arc<CachedPod>], gpu_nodes: &Store<GryviaGpuNode>) -> Option<i32> {
+    let mut nodes: Vec<&str> = pods
+        .iter()
+        .filter_map(|p| gryvia_reconcile::facts::node_of(p.as_ref()))
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let readings: Vec<i64> = nodes
+        .iter()
+        .filter_map(|n| cached(gpu_nodes, None, n))
+        .flat_map(|g| {
+            g.status
+                .as_ref()
+                .map(|s| s.gpus.clone())
+                .unwrap_or_default()
+        })
+        .filter_map(|gpu| gpu.utilization_percent.map(i64::from))
+        .collect();
+    let n = i64::try_from(readings.len()).ok().filter(|n| *n > 0)?;
+    i32::try_from(readings.iter().sum::<i64>() / n).ok()
 }
 
 #[async_trait::async_trait]
 impl Observe for UsageRecordObserver {
     type Object = GryviaUsageRecord;
-    type World = Vec<Sku>;
+    type World = UsageRecordWorld;
 
-    async fn observe(&self, _record: &GryviaUsageRecord) -> Result<Vec<Sku>> {
+    async fn observe(&self, record: &GryviaUsageRecord) -> Result<UsageRecordWorld> {
         wait_ready(&self.skus, "GryviaGpuSku").await?;
-        Ok(catalogue(&self.skus))
+        wait_ready(&self.pods, "Pod").await?;
+        wait_ready(&self.gpu_nodes, "GryviaGpuNode").await?;
+        let w = &record.spec.workload;
+        let utilisation = (w.kind == "GryviaAIJob")
+            .then(|| pods_of_job(&self.pods, &record.spec.namespace, &w.name))
+            .and_then(|pods| utilisation_of(&pods, &self.gpu_nodes));
+        Ok(UsageRecordWorld {
+            skus: catalogue(&self.skus),
+            utilisation,
+        })
     }
 }
 
@@ -54,6 +92,10 @@ pub fn controller(shared: &Shared) -> Running {
                 .collect::<Vec<_>>()
         },
     );
-    let observer = UsageRecordObserver { skus: c.store() };
+    let observer = UsageRecordObserver {
+        skus: c.store(),
+        pods: c.store(),
+        gpu_nodes: c.store(),
+    };
     Box::pin(run(ctrl, shared.context(UsageRecordReconciler, observer)))
 }
