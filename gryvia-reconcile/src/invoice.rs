@@ -928,6 +928,7 @@ mod tests {
         );
         inv.spec.webhook = Some(gryvia_types::InvoiceWebhook {
             url: "https://billing.example/in".into(),
+            allow_insecure: false,
             secret_ref: gryvia_types::SecretKeyRef {
                 name: "billing".into(),
                 key: "secret".into(),

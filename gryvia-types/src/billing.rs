@@ -475,12 +475,16 @@ pub struct GryviaInvoiceSpec {
 }
 
 /// Webhook of an invoice.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("self.url.startsWith('https://') || self.allowInsecure").message("webhook.url must be https:// unless webhook.allowInsecure is true"))]
 #[serde(rename_all = "camelCase")]
 pub struct InvoiceWebhook {
-    /// Where to POST (https).
-    #[schemars(regex(pattern = r"^https://[^\s]+$"))]
+    /// Where to POST (https, or http with `allowInsecure`).
+    #[schemars(regex(pattern = r"^https?://[^\s]+$"))]
     pub url: String,
+    /// Allow a plain `http://` URL (a receiver on the same host or network).
+    #[serde(default)]
+    pub allow_insecure: bool,
     /// Secret with the HMAC key (in the quota-operator's namespace).
     pub secret_ref: SecretKeyRef,
 }

@@ -177,6 +177,23 @@ fn a_budget_email_recipient_that_is_not_an_address_is_rejected() {
 }
 
 #[test]
+fn an_invoice_webhook_over_http_needs_allow_insecure() {
+    let v = validator();
+    let doc = |extra: &str| {
+        format!(
+            "apiVersion: gryvia.io/v1alpha1\nkind: GryviaInvoice\nmetadata: {{name: i}}\nspec: {{tenant: ml, periodStart: '2026-11-01T00:00:00Z', periodEnd: '2026-12-01T00:00:00Z', webhook: {{url: 'http://billing.local/in', secretRef: {{name: s, key: k}}{extra}}}}}"
+        )
+    };
+    let err = reject(&v, &doc(""));
+    assert!(
+        err.contains("webhook.url must be https:// unless webhook.allowInsecure is true"),
+        "{err}"
+    );
+    let ok = gryvia_types::validation::parse_yaml_documents(&doc(", allowInsecure: true")).unwrap();
+    v.validate(&ok[0]).unwrap();
+}
+
+#[test]
 fn cross_field_rules_are_enforced_with_their_messages() {
     let v = validator();
     let docs = load("invalid/cases.yaml");

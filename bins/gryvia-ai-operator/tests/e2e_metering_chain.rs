@@ -209,6 +209,10 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // would count the same records, is refused for overlapping it.
     let tenant = unique("e2e-chain");
     let invoices: Api<GryviaInvoice> = Api::all(client.clone());
+    // The receiver of the budget alerts and of the invoice's webhook verifies every delivery
+    // with the Standard Webhooks reference library.
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let hooks = StandardReceiver::start(secret);
     let invoice_name = unique("e2e-chain-invoice");
     objects.invoices.push(invoice_name.clone());
     let now = jiff::Timestamp::now().as_second();
@@ -219,7 +223,9 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
                 "metadata": {"name": invoice_name},
                 "spec": {"tenant": tenant,
                          "periodStart": jiff::Timestamp::from_second(now - 60).unwrap(),
-                         "periodEnd": jiff::Timestamp::from_second(now + 45).unwrap()}
+                         "periodEnd": jiff::Timestamp::from_second(now + 45).unwrap(),
+                         "webhook": {"url": hooks.url, "allowInsecure": true,
+                                     "secretRef": {"name": "budget-alerts", "key": "secret"}}}
             }))
             .unwrap(),
         )
@@ -290,8 +296,6 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // The alerts' receivers: a webhook receiver that verifies every delivery with the Standard
     // Webhooks reference library (up now), and an SMTP server on a port chosen now but started
     // only once an e-mail has failed (so the log's retry is seen).
-    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let hooks = StandardReceiver::start(secret);
     let smtp_port = free_port();
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &lease_ns.name)
         .create(
@@ -572,7 +576,11 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
             .iter()
             .all(|d| d.2 >= 2)
     );
-    let got = hooks.got();
+    let got: Vec<_> = hooks
+        .got()
+        .into_iter()
+        .filter(|g| g.id.starts_with(&budget_uid))
+        .collect();
     assert_eq!(got.len(), 2, "each alert once: {got:?}");
     let period = st.period_start.clone().unwrap().0.as_second();
     for (g, threshold) in got.iter().zip([50, 100]) {
@@ -660,6 +668,38 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     assert_eq!(st.line_items[0].sku, objects.sku);
     assert_eq!(st.line_items[0].unit_price.as_str(), "3600");
     assert_eq!(st.line_items[0].amount, cost);
+    // Its webhook: the issued invoice, posted once, verified by the reference library.
+    let invoice_uid = issued.metadata.uid.clone().unwrap();
+    let want_id = format!("{invoice_uid}.issued");
+    let posted = wait_for("the invoice's webhook", Duration::from_secs(60), || {
+        let found = hooks.got().into_iter().find(|g| g.id == want_id);
+        async move { found }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        posted.answer, 200,
+        "verified by standardwebhooks: {posted:?}"
+    );
+    let body: serde_json::Value = serde_json::from_slice(&posted.body).unwrap();
+    assert_eq!(body["type"], "invoice.issued");
+    assert_eq!(body["tenant"], tenant.as_str());
+    assert_eq!(body["total"], cost.as_str());
+    assert_eq!(body["jobs"][0]["name"], "first");
+    let delivered = wait_for("webhookDelivered", Duration::from_secs(30), || {
+        let (invoices, name) = (invoices.clone(), invoice_name.clone());
+        async move {
+            invoices
+                .get(&name)
+                .await
+                .ok()?
+                .status?
+                .webhook_delivered
+                .then_some(())
+        }
+    })
+    .await;
+    delivered.unwrap();
 
     // Monthly: each tenant gets its invoice for this UTC month: the jobs' tenant's is refused
     // for overlapping the one made by hand, the other tenant's is open.

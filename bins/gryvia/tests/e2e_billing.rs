@@ -119,7 +119,16 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
         .unwrap_or_else(|| panic!("no job line: {stdout}"));
     assert_eq!(
         job_line.split_whitespace().collect::<Vec<_>>()[1..],
-        ["GryviaAIJob", "train", sku.as_str(), "8", "-", "-", "10", "USD"]
+        [
+            "GryviaAIJob",
+            "train",
+            sku.as_str(),
+            "8",
+            "-",
+            "-",
+            "10",
+            "USD"
+        ]
     );
 
     let (ok, stdout, _) = gryvia(&["invoice", "get", &invoice, "-o", "json"]).await;
