@@ -189,7 +189,7 @@ fn an_invoice_webhook_over_http_needs_allow_insecure() {
         err.contains("webhook.url must be https:// unless webhook.allowInsecure is true"),
         "{err}"
     );
-    let ok = gryvia_types::validation::parse_yaml_documents(&doc(", allowInsecure: true")).unwrap();
+    let ok = parse_yaml_documents(&doc(", allowInsecure: true")).unwrap();
     v.validate(&ok[0]).unwrap();
 }
 
