@@ -107,12 +107,11 @@ impl Caches {
     /// What `tenant` has used this UTC month and the estimate of `job` (the admission gate's
     /// money and GPU-hour quotas), from the usage records and the catalogue.
     pub fn month_spend(&self, job: &GryviaAIJob, tenant: &str) -> MonthSpend {
-        let records: Vec<GryviaUsageRecord> = self
-            .records
-            .state()
+        let state = self.records.state();
+        let records: Vec<&GryviaUsageRecord> = state
             .iter()
+            .map(AsRef::as_ref)
             .filter(|r| r.spec.tenant == tenant)
-            .map(|r| (**r).clone())
             .collect();
         gryvia_reconcile::admission::month_spend(
             job,

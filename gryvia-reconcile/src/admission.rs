@@ -140,12 +140,13 @@ pub fn expected_runtime(
 pub fn month_spend(
     job: &GryviaAIJob,
     tenant: &str,
-    records: &[gryvia_types::GryviaUsageRecord],
+    records: &[&gryvia_types::GryviaUsageRecord],
     skus: &[crate::metering::Sku],
     now: crate::Timestamp,
 ) -> MonthSpend {
     let (start, _) = crate::budget::period(gryvia_types::PeriodType::Monthly, now);
-    let charges = crate::invoice::charges(tenant, start, now, records, skus);
+    let (usd_micros, gpu_seconds) =
+        crate::invoice::totals(tenant, start, now, records.iter().copied(), skus, "USD");
     let price_micros = job.spec.gpu_type.as_deref().and_then(|t| {
         skus.iter()
             .filter(|s| s.currency == "USD" && (s.name == t || s.gpu_product == t))
@@ -169,8 +170,8 @@ pub fn month_spend(
     runs.sort_unstable();
     let durations: Vec<i64> = runs.into_iter().map(|(_, d)| d).collect();
     MonthSpend {
-        usd_micros: charges.totals().get("USD").copied().unwrap_or(0),
-        gpu_seconds: charges.gpu_seconds(),
+        usd_micros,
+        gpu_seconds,
         price_micros,
         runtime: expected_runtime(job, template, &durations),
     }

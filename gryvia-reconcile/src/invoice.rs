@@ -75,6 +75,68 @@ pub fn piece(start: i64, gpus: i64, price_micros: i64, a: i64, b: i64) -> (i64, 
     (seconds, micros)
 }
 
+/// A record's part in a span, priced.
+struct Piece<'a> {
+    record: &'a GryviaUsageRecord,
+    sku: Option<&'a Sku>,
+    price: i64,
+    seconds: i64,
+    micros: i64,
+}
+
+/// The parts of `tenant`'s records from `from` to `to` (an open record counts up to `to`).
+fn pieces<'a>(
+    tenant: &'a str,
+    from: Timestamp,
+    to: Timestamp,
+    records: impl IntoIterator<Item = &'a GryviaUsageRecord> + 'a,
+    skus: &'a [Sku],
+) -> impl Iterator<Item = Piece<'a>> + 'a {
+    let (from, to) = (from.as_second(), to.as_second());
+    records
+        .into_iter()
+        .filter(move |r| r.spec.tenant == tenant)
+        .filter_map(move |r| {
+            let start = r.spec.start_time.0.as_second();
+            let end = r.spec.end_time.as_ref().map_or(to, |t| t.0.as_second());
+            let (a, b) = (start.max(from), end.min(to));
+            if b <= a {
+                return None;
+            }
+            let sku = sku_of(r, skus);
+            let price = sku.map_or(0, |s| crate::metering::unit_price(r, s));
+            let (seconds, micros) = piece(start, i64::from(r.spec.gpu_count.max(0)), price, a, b);
+            Some(Piece {
+                record: r,
+                sku,
+                price,
+                seconds,
+                micros,
+            })
+        })
+}
+
+/// `tenant`'s spend in `currency` (micro-units) and GPU-seconds from `from` to `to`: the
+/// totals of [`charges`] without its per-job detail (what the admission gate needs per
+/// review).
+pub fn totals<'a>(
+    tenant: &'a str,
+    from: Timestamp,
+    to: Timestamp,
+    records: impl IntoIterator<Item = &'a GryviaUsageRecord> + 'a,
+    skus: &'a [Sku],
+    currency: &str,
+) -> (i64, i64) {
+    pieces(tenant, from, to, records, skus).fold((0_i64, 0_i64), |(m, g), p| {
+        let m = if p.sku.is_some_and(|s| s.currency == currency) {
+            m.saturating_add(p.micros)
+        } else {
+            m
+        };
+        (m, g.saturating_add(p.seconds))
+    })
+}
+
 /// One job's charge on one SKU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobCharge {
@@ -139,19 +201,16 @@ pub fn charges(
     records: &[GryviaUsageRecord],
     skus: &[Sku],
 ) -> Charges {
-    let (from, to) = (from.as_second(), to.as_second());
     let mut out = Charges::default();
-    for r in records.iter().filter(|r| r.spec.tenant == tenant) {
-        let start = r.spec.start_time.0.as_second();
-        let end = r.spec.end_time.as_ref().map_or(to, |t| t.0.as_second());
-        let (a, b) = (start.max(from), end.min(to));
-        if b <= a {
-            continue;
-        }
+    for Piece {
+        record: r,
+        sku,
+        price,
+        seconds,
+        micros,
+    } in pieces(tenant, from, to, records, skus)
+    {
         out.records += 1;
-        let sku = sku_of(r, skus);
-        let price = sku.map_or(0, |s| crate::metering::unit_price(r, s));
-        let (seconds, micros) = piece(start, i64::from(r.spec.gpu_count.max(0)), price, a, b);
         let w = &r.spec.workload;
         let key = (
             r.spec.namespace.clone(),

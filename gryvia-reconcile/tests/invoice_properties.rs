@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use gryvia_reconcile::Timestamp;
-use gryvia_reconcile::invoice::{Charges, charges, overlapping, piece};
+use gryvia_reconcile::invoice::{Charges, charges, overlapping, piece, totals};
 use gryvia_reconcile::metering::Sku;
 use gryvia_types::{GryviaInvoice, GryviaUsageRecord};
 use proptest::prelude::*;
@@ -135,6 +135,10 @@ proptest! {
             prop_assert_eq!(per_currency(&[&first, &second]), per_currency(&[&whole]));
             prop_assert_eq!(first.gpu_seconds() + second.gpu_seconds(), whole.gpu_seconds());
             prop_assert_eq!(per_job(&[&first, &second]), per_job(&[&whole]));
+            // The gate's totals are the invoice's.
+            let (usd, gpu) = totals(tenant, at(from), upto(to), &records, &skus(), "USD");
+            prop_assert_eq!(usd, whole.totals().get("USD").copied().unwrap_or(0));
+            prop_assert_eq!(gpu, whole.gpu_seconds());
         }
     }
 
