@@ -187,7 +187,7 @@ fn money(micros: i64) -> String {
 }
 
 fn gpu_hours(seconds: i64) -> String {
-    money(i64::try_from(i128::from(seconds) * 1_000_000 / 3600).unwrap_or(i64::MAX))
+    crate::invoice::hours(seconds).as_str().to_owned()
 }
 
 /// A new job of `total` GPUs would take the tenant past its monthly money or GPU-hour quota:

@@ -195,6 +195,17 @@ pub fn spend(
     out
 }
 
+/// The spend `micros` so far in the period from `start` to `end`, extrapolated linearly to its
+/// end; `None` in the first hour (too early to say).
+pub fn forecast(micros: i64, start: Timestamp, end: Timestamp, now: Timestamp) -> Option<Decimal> {
+    let elapsed = now.as_second() - start.as_second();
+    let length = end.as_second() - start.as_second();
+    (elapsed >= 3600).then(|| {
+        let f = i128::from(micros) * i128::from(length) / i128::from(elapsed);
+        Decimal::from_micros(i64::try_from(f).unwrap_or(i64::MAX))
+    })
+}
+
 /// Utilisation in percent (the larger of the two limits'), `None` without limits.
 fn utilisation(budget: &GryviaBudget, usd_micros: i64, gpu_seconds: i64) -> Option<i64> {
     let cost = budget.spec.limits.cost_usd.map(|l| {
@@ -303,12 +314,7 @@ impl crate::Reconcile for BudgetReconciler {
         status.spend_usd = Some(spend_usd.clone());
         status.gpu_hours = Some(gpu_hours.clone());
         status.uncounted_currencies = s.uncounted;
-        let elapsed = now.duration_since(start).as_secs();
-        let length = end.duration_since(start).as_secs();
-        status.forecast_usd = (elapsed >= 3600).then(|| {
-            let f = i128::from(s.usd_micros) * i128::from(length) / i128::from(elapsed);
-            Decimal::from_micros(i64::try_from(f).unwrap_or(i64::MAX))
-        });
+        status.forecast_usd = forecast(s.usd_micros, start, end, now);
 
         let used = utilisation(budget, s.usd_micros, s.gpu_seconds).unwrap_or(0);
         let mut crossed: Vec<_> = budget

@@ -241,7 +241,8 @@ pub fn charges(
     out
 }
 
-fn hours(gpu_seconds: i64) -> Decimal {
+/// GPU-seconds as GPU-hours, to the micro-unit (rounded down).
+pub fn hours(gpu_seconds: i64) -> Decimal {
     Decimal::from_micros(
         i64::try_from(i128::from(gpu_seconds) * i128::from(MICROS) / 3600).unwrap_or(i64::MAX),
     )

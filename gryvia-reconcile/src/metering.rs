@@ -102,6 +102,17 @@ pub fn node_product<P: PodView>(
         .map(str::to_owned)
 }
 
+/// The SKU a record of GPU product (or SKU name) `product` names: the catalogue's entry of that
+/// name or product (the smallest name when several), else the product itself, so no usage is
+/// lost before the catalogue has it.
+pub fn sku_name(product: &str, skus: &[Sku]) -> String {
+    skus.iter()
+        .filter(|s| s.gpu_product == product || s.name == product)
+        .map(|s| s.name.clone())
+        .min()
+        .unwrap_or_else(|| product.to_owned())
+}
+
 /// The name of a job's usage record.
 pub fn record_name(job: &str, uid: &str) -> String {
     let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
@@ -129,18 +140,9 @@ pub fn usage_record(
         .gpu_type
         .clone()
         .or_else(|| world.node_product.clone());
-    let sku = product.as_deref().map_or_else(
-        || "unknown".to_owned(),
-        |p| {
-            world
-                .skus
-                .iter()
-                .filter(|s| s.gpu_product == p)
-                .map(|s| s.name.clone())
-                .min()
-                .unwrap_or_else(|| p.to_owned())
-        },
-    );
+    let sku = product
+        .as_deref()
+        .map_or_else(|| "unknown".to_owned(), |p| sku_name(p, &world.skus));
     let end = status.completion_time.as_ref().map(|t| t.0).or(end);
     let tenant = world.tenant.clone().unwrap_or_else(|| namespace.clone());
     Some(GryviaUsageRecord {
@@ -256,13 +258,7 @@ fn idle_record(
     skus: &[Sku],
 ) -> Option<GryviaUsageRecord> {
     let name = r.metadata.name.clone()?;
-    let product = &r.spec.resources.gpu_type;
-    let sku = skus
-        .iter()
-        .filter(|s| &s.gpu_product == product || &s.name == product)
-        .map(|s| s.name.clone())
-        .min()
-        .unwrap_or_else(|| product.clone());
+    let sku = sku_name(&r.spec.resources.gpu_type, skus);
     let namespace: String = format!("tenant-{tenant}").chars().take(63).collect();
     Some(GryviaUsageRecord {
         metadata: ObjectMeta {
@@ -460,6 +456,15 @@ pub fn sample_utilisation(
         idle_gpu_seconds: b.idle_gpu_seconds.saturating_add(idle),
         sampled_at: Time(at),
     })
+}
+
+/// The mean of the node agents' utilisation readings of a record's GPUs, percent (`None`
+/// without a reading).
+pub fn mean_utilisation(readings: impl IntoIterator<Item = i32>) -> Option<i32> {
+    let (sum, n) = readings.into_iter().fold((0_i64, 0_i64), |(s, n), p| {
+        (s + i64::from(p.clamp(0, 100)), n + 1)
+    });
+    (n > 0).then(|| i32::try_from(sum / n).unwrap_or(100))
 }
 
 /// What pricing a usage record needs: the catalogue, and the mean utilisation of its job's
@@ -810,6 +815,12 @@ mod tests {
         r.spec.sku = "NVIDIA-B200".into();
         let st = price(&r, sku_of(&r, &skus()), ts("2026-01-02T00:00:00Z"));
         assert_eq!((st.gpu_seconds, st.cost, st.currency), (7, None, None));
+    }
+
+    #[test]
+    fn the_mean_utilisation_is_of_every_reading_or_none() {
+        assert_eq!(mean_utilisation([40, 60, 101]), Some(66));
+        assert_eq!(mean_utilisation(Vec::new()), None);
     }
 
     #[test]

@@ -304,12 +304,7 @@ pub fn cost_of(
     let mut detail = GryviaInvoiceStatus::default();
     fill(&mut detail, "USD", &counted);
     let spend_micros = counted.totals().get("USD").copied().unwrap_or(0);
-    let elapsed = now.as_second() - start.as_second();
-    let length = end.as_second() - start.as_second();
-    let forecast_usd = (elapsed >= 3600).then(|| {
-        let f = i128::from(spend_micros) * i128::from(length) / i128::from(elapsed);
-        Decimal::from_micros(i64::try_from(f).unwrap_or(i64::MAX))
-    });
+    let forecast_usd = gryvia_reconcile::budget::forecast(spend_micros, start, end, now);
     Cost {
         tenant: name.to_owned(),
         period: label.to_owned(),

@@ -34,19 +34,18 @@ pub fn utilisation_of(pods: &[Arc<CachedPod>], gpu_nodes: &Store<GryviaGpuNode>)
         .collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let readings: Vec<i64> = nodes
-        .iter()
-        .filter_map(|n| cached(gpu_nodes, None, n))
-        .flat_map(|g| {
-            g.status
-                .as_ref()
-                .map(|s| s.gpus.clone())
-                .unwrap_or_default()
-        })
-        .filter_map(|gpu| gpu.utilization_percent.map(i64::from))
-        .collect();
-    let n = i64::try_from(readings.len()).ok().filter(|n| *n > 0)?;
-    i32::try_from(readings.iter().sum::<i64>() / n).ok()
+    gryvia_reconcile::metering::mean_utilisation(
+        nodes
+            .iter()
+            .filter_map(|n| cached(gpu_nodes, None, n))
+            .flat_map(|g| {
+                g.status
+                    .as_ref()
+                    .map(|s| s.gpus.clone())
+                    .unwrap_or_default()
+            })
+            .filter_map(|gpu| gpu.utilization_percent),
+    )
 }
 
 #[async_trait::async_trait]
