@@ -35,6 +35,7 @@ pub mod queue;
 pub mod reservation;
 pub mod template;
 pub mod tenancy;
+pub mod tuner;
 pub mod workflow;
 
 pub use plan::{

@@ -203,7 +203,7 @@ fn placeholders(text: &str) -> Result<Vec<(std::ops::Range<usize>, String)>, Pla
 
 /// Replaces the placeholders of every string in `value` (map keys are left alone), naming the
 /// path of the first string that refers to an undeclared parameter.
-fn substitute(
+pub fn substitute(
     value: &mut Value,
     path: &str,
     params: &BTreeMap<String, String>,

@@ -73,3 +73,8 @@ pub const PREEMPTION_NOTICE: &str = "gryvia.io/preemption-notice";
 /// hash of what the pod template takes from it (`<time>/<hash>`), so a Job made for an earlier
 /// admission (or none) is replaced, not patched.
 pub const ADMITTED_AT: &str = "gryvia.io/admitted-at";
+/// Label on a tuner trial's GryviaAIJob with the trial's index in its study.
+pub const TRIAL_INDEX: &str = "gryvia.io/trial-index";
+/// Annotation on a tuner trial's GryviaAIJob with its parameter values (a JSON object), so a
+/// study rebuilds its trials from their jobs.
+pub const TRIAL_PARAMETERS: &str = "gryvia.io/trial-parameters";

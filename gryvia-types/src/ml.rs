@@ -128,9 +128,15 @@ pub struct SearchParameter {
     #[serde(default)]
     #[schemars(length(max = 1000))]
     pub values: Vec<String>,
-    /// Sample on a log scale.
+    /// Sample on a log scale (numeric types; `min` must then be above 0).
     #[serde(default)]
     pub log_scale: bool,
+    /// Grid points of a numeric parameter under `grid` without `values`: evenly spaced from
+    /// `min` to `max` (on the log scale with `logScale`). Required for a double; an int
+    /// without it takes every integer from `min` to `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2, max = 1000))]
+    pub grid_points: Option<i32>,
 }
 
 /// Type of a search parameter.
@@ -156,28 +162,54 @@ pub struct EarlyStopping {
     #[serde(default = "default_reduction")]
     #[schemars(range(min = 2, max = 10))]
     pub reduction_factor: i32,
+    /// Step of the first rung; rung k is at step `minStep` x `reductionFactor`^k (the steps
+    /// are those the trials report with their metric, `step=N`).
+    #[serde(default = "default_min_step")]
+    #[schemars(range(min = 1))]
+    pub min_step: i64,
 }
 
 fn default_reduction() -> i32 {
     3
 }
 
+fn default_min_step() -> i64 {
+    1
+}
+
 /// Progress of a study.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaAutoTunerStatus {
-    /// Trials finished.
+    /// Where the study stands: Running while trials run or are to come; Succeeded when every
+    /// trial has finished and one reported the objective; Failed when none did, or the spec
+    /// is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// Trials finished (succeeded, failed, stopped early or vanished).
     #[serde(default)]
     pub completed_trials: i32,
-    /// Trials running.
+    /// Trials created and not finished.
     #[serde(default)]
     pub running_trials: i32,
-    /// Every trial so far.
+    /// Trials that succeeded.
+    #[serde(default)]
+    pub succeeded_trials: i32,
+    /// Trials that failed (their job failed or vanished).
+    #[serde(default)]
+    pub failed_trials: i32,
+    /// Trials stopped early by ASHA.
+    #[serde(default)]
+    pub early_stopped_trials: i32,
+    /// Every trial so far, by index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trials: Vec<Trial>,
-    /// The best finished trial.
+    /// The best trial with an objective value (finished or stopped early).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_trial: Option<Trial>,
+    /// When the study finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -189,17 +221,50 @@ pub struct GryviaAutoTunerStatus {
 pub struct Trial {
     /// Name of the trial's GryviaAIJob.
     pub name: String,
+    /// Index of the trial in the study, from 0.
+    #[serde(default)]
+    pub index: i32,
     /// Sampled values.
     pub parameters: BTreeMap<String, String>,
-    /// Phase of the trial's job.
+    /// Phase of the trial's job (the last one seen for a trial stopped early or vanished).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<JobPhase>,
-    /// Reported objective value.
+    /// The objective: the last value the trial reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objective_value: Option<f64>,
+    /// Step of the last value reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// The objective at each ASHA rung the trial reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rungs: Vec<RungValue>,
     /// Whether the trial was stopped early.
     #[serde(default)]
     pub early_stopped: bool,
+    /// Whether the trial's job disappeared before it finished (deleted by someone else).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vanished: bool,
+    /// When the trial's job was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_time: Option<Time>,
+    /// When the trial finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Why it ended as it did (failed, stopped early, vanished, reported no objective).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The objective a trial reported at an ASHA rung.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RungValue {
+    /// The rung, from 0.
+    pub rung: i32,
+    /// The step of the value (the first report at or after the rung's step).
+    pub step: i64,
+    /// The value.
+    pub value: f64,
 }
 
 // ---------------------------------------------------------------------------------------------

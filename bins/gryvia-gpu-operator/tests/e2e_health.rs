@@ -294,14 +294,18 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     .await;
 
     // Quarantined: cordoned and tainted with the check's name; the healthy node untouched.
-    let c = s.client.clone();
-    let b = bad.clone();
-    wait_for(
+    // The operator taints the node before it writes the run's status, so the wait is for both:
+    // a status read between the two still holds the run before.
+    let (c, b, a, name) = (s.client.clone(), bad.clone(), api.clone(), check.clone());
+    let r = wait_for(
         "the bad node to be quarantined",
         Duration::from_secs(60),
         || {
-            let (c, b) = (c.clone(), b.clone());
-            async move { (node_state(&c, &b).await.1.is_some()).then_some(()) }
+            let (c, b, a, name) = (c.clone(), b.clone(), a.clone(), name.clone());
+            async move {
+                let r = result(&a, &name, &b).await.filter(|r| r.quarantined)?;
+                node_state(&c, &b).await.1.is_some().then_some(r)
+            }
         },
     )
     .await
@@ -310,7 +314,6 @@ async fn ecc_errors_quarantine_and_drain_the_node_a_pdb_blocks_and_a_reset_bring
     assert!(cordoned);
     assert_eq!(by.as_deref(), Some(check.as_str()));
     assert_eq!(node_state(&s.client, &good).await, (false, None));
-    let r = result(&api, &check, &bad).await.unwrap();
     assert_eq!(r.verdict, Verdict::Failed);
     assert!(
         r.consecutive_failures >= 2,
