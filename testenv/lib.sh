@@ -41,9 +41,13 @@ KUEUE_BIN_DIR="$CACHE_BASE/kueue-${KUEUE_VERSION}_$(kueue_hash)"
 # Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
 TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
 
+# KWOK's Logs CRD (per-pod simulated logs, testenv/kwok/podlogs.py), copied from its module.
+KWOK_LOGS_CRD=kwok.x-k8s.io_logs.yaml
+
 binaries_present() {
   local b
   for b in "${TESTENV_BINARIES[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+  [[ -f "$BIN_DIR/$KWOK_LOGS_CRD" ]]
 }
 
 # Kueue's controller manager, the runner of its scheduler performance test, and the module's
@@ -84,7 +88,7 @@ KUEUE_HEALTH_PORT="${GRYVIA_TESTENV_KUEUE_HEALTH_PORT:-16981}"  # metrics on KUE
 
 # Components in start order; testenv/down stops them in reverse order. Kueue runs only when
 # testenv/up was given --with-kueue (it is then last: started after the CRDs, stopped first).
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok podlogs)
 OPTIONAL_COMPONENTS=(kueue)
 
 # pid_alive <component>: the pid in the pidfile exists and its command line mentions our state dir

@@ -16,6 +16,7 @@ pub mod quota;
 pub mod reservation;
 pub mod template;
 pub mod tenant;
+pub mod tuner;
 pub mod usage_record;
 pub mod workflow;
 

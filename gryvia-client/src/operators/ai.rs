@@ -1,4 +1,4 @@
-//! The ai-operator: AI jobs, templates, priorities and workflows; reservations, job hooks,
+//! The ai-operator: AI jobs, templates, priorities, workflows and hyperparameter studies; reservations, job hooks,
 //! the native queue scheduler and the Kueue integration opt-in; the admission webhooks when
 //! `--webhook-addr` is given (on every replica).
 
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
 use crate::controllers::{
-    aijob, job_hook, kueue, priority, queue, reservation, template, workflow,
+    aijob, job_hook, kueue, priority, queue, reservation, template, tuner, workflow,
 };
 use crate::{Error, Result};
 
@@ -43,6 +43,10 @@ pub struct Flags {
         conflicts_with = "native_queue_scheduler"
     )]
     pub kueue_integration: bool,
+    /// How often a GryviaAutoTuner with running trials reads their metrics from their logs
+    /// (seconds, at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tuner_poll_seconds: u64,
     /// Serve the admission webhooks (TLS) on this address and register them (not with
     /// --dry-run: registering is a change to the cluster).
     #[arg(long, conflicts_with = "dry_run")]
@@ -80,6 +84,7 @@ pub struct Flags {
 /// The controllers the ai-operator runs with `flags`.
 pub fn controllers(flags: &Flags) -> ControllerSet {
     let native_queue = flags.native_queue_scheduler;
+    let poll = std::time::Duration::from_secs(flags.tuner_poll_seconds);
     let scheduling = if flags.kueue_integration {
         aijob::Scheduling::Kueue
     } else if native_queue {
@@ -92,6 +97,7 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
         .with(template::controller)
         .with(priority::controller)
         .with(workflow::controller)
+        .with(move |shared| tuner::controller(shared, poll))
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
         .with_if(native_queue, queue::controller)
