@@ -14,6 +14,7 @@ mod health;
 mod jobs;
 mod output;
 mod tenant;
+mod tune;
 
 /// Gryvia: GPU clusters on Kubernetes.
 #[derive(Parser, Debug)]
@@ -141,6 +142,9 @@ enum Command {
     /// Tenants' invoices (priced by the quota-operator's `--invoices`).
     #[command(subcommand)]
     Invoice(billing::InvoiceCommand),
+    /// Hyperparameter studies (GryviaAutoTuners).
+    #[command(subcommand)]
+    Tune(tune::TuneCommand),
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -246,6 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(jobs::queue(namespace, all_namespaces, output)),
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Invoice(cmd) => block_on(billing::run(cmd)),
+        Command::Tune(cmd) => block_on(tune::run(cmd)),
         Command::Cost {
             name,
             period,
