@@ -460,6 +460,48 @@ fn check_template(template: &Bound<'_, PyAny>) -> PyResult<()> {
         .map_err(|e| ValidationError::new_err(e.to_string()))
 }
 
+/// The next trial of a hyperparameter study, as the ai-operator would start it: a dict of
+/// parameter values, or `None` when the study has nothing more to try (`maxTrials` reached,
+/// the grid done). `study` is a GryviaAutoTuner; `history` the trials so far, each a dict with
+/// `parameters` and, when it finished, `objectiveValue` (`index`, `phase`, `earlyStopped` as
+/// in `status.trials`; a trial with a value and no phase counts as succeeded, one without as
+/// running). The same study and history give the same values, so a notebook can run the
+/// search offline. Raises `ValidationError` naming the field.
+#[pyfunction]
+#[pyo3(signature = (study, history=None))]
+fn suggest(
+    py: Python<'_>,
+    study: &Bound<'_, PyAny>,
+    history: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let study: gryvia_types::GryviaAutoTuner = typed(study, "study")?;
+    let items = match history {
+        Some(h) => match to_json(h)? {
+            Value::Array(items) => items,
+            _ => return Err(ValidationError::new_err("history: must be a list of trials")),
+        },
+        None => Vec::new(),
+    };
+    let mut trials: Vec<gryvia_types::Trial> = Vec::with_capacity(items.len());
+    for (i, mut item) in items.into_iter().enumerate() {
+        let Some(obj) = item.as_object_mut() else {
+            return Err(ValidationError::new_err(format!("history[{i}]: must be a dict")));
+        };
+        let finished = obj.get("objectiveValue").is_some_and(|v| !v.is_null());
+        obj.entry("index").or_insert_with(|| Value::from(i));
+        obj.entry("name")
+            .or_insert_with(|| Value::from(gryvia_reconcile::tuner::trial_name("trial", i32::try_from(i).unwrap_or(i32::MAX))));
+        obj.entry("phase")
+            .or_insert_with(|| Value::from(if finished { "Succeeded" } else { "Running" }));
+        let t: gryvia_types::Trial = serde_json::from_value(item)
+            .map_err(|e| ValidationError::new_err(format!("history[{i}]: {e}")))?;
+        trials.push(t);
+    }
+    let next = gryvia_reconcile::tuner::suggest(&study.spec, &trials)
+        .map_err(ValidationError::new_err)?;
+    out(py, &next)
+}
+
 /// The validating admission webhook's decision for a new job: a dict with `allowed`,
 /// `message`, `warnings`. `world` has the keys of `AdmissionWorld` (camelCase): `tenant`,
 /// `skus`, `gpuQuota`, `template`, `reservation`.
@@ -952,6 +994,7 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(allocate_tenants, m)?)?;
     m.add_function(wrap_pyfunction!(reconcile_tenant, m)?)?;
     m.add_function(wrap_pyfunction!(reconcile_quota, m)?)?;
+    m.add_function(wrap_pyfunction!(suggest, m)?)?;
     client::register(m)?;
     Ok(())
 }

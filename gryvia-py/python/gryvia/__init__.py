@@ -3,7 +3,8 @@
 Typed, validated Gryvia objects (every kind of ``gryvia.io/v1alpha1``, checked against the
 same CRD schemas and CEL rules the API server enforces), the pure policy functions the
 operators run (GPU health and drains, tenants and quotas, template rendering, admission
-decisions, the AI job controller's plan, reservation windows, cron schedules), and a
+decisions, the AI job controller's plan, reservation windows, cron schedules, the tuner's
+next trial), and a
 Kubernetes client, blocking (``Client``) and asyncio (``AsyncClient``). Everything calls into
 Gryvia's Rust libraries.
 """
@@ -44,6 +45,7 @@ from ._gryvia import (
     reconcile_tenant,
     render_job,
     render_template,
+    suggest,
     reservation_window,
     validate,
 )
@@ -84,6 +86,7 @@ __all__ = [
     "reconcile_tenant",
     "render_job",
     "render_template",
+    "suggest",
     "reservation_window",
     "validate",
 ]

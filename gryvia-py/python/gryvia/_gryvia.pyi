@@ -75,6 +75,13 @@ def render_template(
 def check_template(template: Any) -> None:
     """Checks a GryviaTemplate as the ai-operator does for its ``Valid`` condition."""
 
+def suggest(
+    study: Any, history: Optional[List[Mapping[str, Any]]] = None
+) -> Optional[Dict[str, str]]:
+    """The next trial's parameter values of a GryviaAutoTuner given the trials so far (dicts
+    with ``parameters`` and, once finished, ``objectiveValue``), as the ai-operator would
+    start it; ``None`` when the study has nothing more to try. Deterministic from the seed."""
+
 def admit_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The validating admission webhook's decision: ``{"allowed", "message", "warnings"}``.
     ``world`` keys: ``tenant``, ``skus``, ``gpuQuota``, ``template``, ``reservation``."""
