@@ -1,5 +1,6 @@
 //! How many trials, and GPU-hours, each search algorithm needs to come within 1 % of a known
-//! optimum, over 20 seeds: `cargo run --release -p gryvia-benches --bin tuner-quality`.
+//! optimum, over 20 seeds: `cargo run --release -p gryvia-benches --bin tuner-quality
+//! [ALGORITHM...]` (all four by default).
 //!
 //! Each study runs through the real policy (`TunerReconciler::reconcile`, the function the
 //! ai-operator runs) against a simulated cluster, one tick per training step: trials start
@@ -16,6 +17,11 @@
 //!   1 + (log10 lr + 2)^2 / 4 + 2 (momentum - 0.9)^2 (minimum 1), reached after 27 steps along
 //!   a curve from 3 whose speed depends on lr, with reporting noise (sd 0.002): what ASHA is
 //!   for.
+
+#![expect(
+    clippy::expect_used,
+    reason = "a benchmark runner: a simulation that breaks stops it loudly"
+)]
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -85,10 +91,6 @@ struct Job {
     index: i32,
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "one simulation loop, read top to bottom"
-)]
 #[expect(clippy::cast_precision_loss, reason = "step counts are small")]
 fn run(problem: &Problem, algorithm: &str, seed: i64, budget: i32, extra: &Value) -> Outcome {
     let mut spec = json!({
@@ -207,6 +209,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    let only: Vec<String> = std::env::args().skip(1).collect();
     let problems = [
         Problem {
             name: "Branin",
@@ -246,6 +249,9 @@ fn main() {
             runs.push(("asha", 4000, asha));
         }
         for (algorithm, budget, extra) in runs {
+            if !only.is_empty() && !only.iter().any(|a| a == algorithm) {
+                continue;
+            }
             let t0 = Instant::now();
             // Grid does not depend on the seed: one run.
             let seeds = if algorithm == "grid" { 1 } else { SEEDS };
@@ -262,9 +268,13 @@ fn main() {
                 algorithm.to_owned()
             };
             println!(
-                "| {} | {label} | {budget} | {} of {seeds} | {trials:.0} | {hours:.1} | {:.1} |",
+                "| {} | {label} | {budget} | {} of {seeds} | {trials:.0} | {hours:.1} |",
                 problem.name,
                 hit.len(),
+            );
+            eprintln!(
+                "{} {algorithm}: {:.1} s",
+                problem.name,
                 t0.elapsed().as_secs_f64()
             );
         }

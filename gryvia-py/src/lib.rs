@@ -478,27 +478,37 @@ fn suggest(
     let items = match history {
         Some(h) => match to_json(h)? {
             Value::Array(items) => items,
-            _ => return Err(ValidationError::new_err("history: must be a list of trials")),
+            _ => {
+                return Err(ValidationError::new_err(
+                    "history: must be a list of trials",
+                ));
+            }
         },
         None => Vec::new(),
     };
     let mut trials: Vec<gryvia_types::Trial> = Vec::with_capacity(items.len());
     for (i, mut item) in items.into_iter().enumerate() {
         let Some(obj) = item.as_object_mut() else {
-            return Err(ValidationError::new_err(format!("history[{i}]: must be a dict")));
+            return Err(ValidationError::new_err(format!(
+                "history[{i}]: must be a dict"
+            )));
         };
         let finished = obj.get("objectiveValue").is_some_and(|v| !v.is_null());
         obj.entry("index").or_insert_with(|| Value::from(i));
-        obj.entry("name")
-            .or_insert_with(|| Value::from(gryvia_reconcile::tuner::trial_name("trial", i32::try_from(i).unwrap_or(i32::MAX))));
+        obj.entry("name").or_insert_with(|| {
+            Value::from(gryvia_reconcile::tuner::trial_name(
+                "trial",
+                i32::try_from(i).unwrap_or(i32::MAX),
+            ))
+        });
         obj.entry("phase")
             .or_insert_with(|| Value::from(if finished { "Succeeded" } else { "Running" }));
         let t: gryvia_types::Trial = serde_json::from_value(item)
             .map_err(|e| ValidationError::new_err(format!("history[{i}]: {e}")))?;
         trials.push(t);
     }
-    let next = gryvia_reconcile::tuner::suggest(&study.spec, &trials)
-        .map_err(ValidationError::new_err)?;
+    let next =
+        gryvia_reconcile::tuner::suggest(&study.spec, &trials).map_err(ValidationError::new_err)?;
     out(py, &next)
 }
 
