@@ -235,9 +235,9 @@ fn main() {
         },
     ];
     println!(
-        "| objective | algorithm | budget (trials) | seeds within 1 % | median trials | median GPU-hours | wall (s) |"
+        "| objective | algorithm | budget (trials) | seeds within 1 % | median trials | median GPU-hours |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     for problem in &problems {
         let asha = json!({"earlyStopping": {"minTrials": 4, "reductionFactor": 3, "minStep": 1}});
         let mut runs: Vec<(&str, i32, Value)> = vec![

@@ -554,11 +554,18 @@ fn summarise(
 }
 
 impl TunerReconciler {
-    /// Starts trials while there is room: at most `parallelTrials` running.
-    fn start(&self, pass: &mut Pass<'_>, space: &Space, trials: &mut BTreeMap<i32, Trial>) -> bool {
+    /// Starts trials while there is room: at most `parallelTrials` running, a trial stopped
+    /// early holding its slot until its job is gone (`stopping`: how many such jobs remain).
+    fn start(
+        &self,
+        pass: &mut Pass<'_>,
+        space: &Space,
+        trials: &mut BTreeMap<i32, Trial>,
+        stopping: usize,
+    ) -> bool {
         let spec = &pass.tuner.spec;
         loop {
-            let running = trials.values().filter(|t| !trial_done(t)).count();
+            let running = trials.values().filter(|t| !trial_done(t)).count() + stopping;
             if running >= usize::try_from(spec.parallel_trials).unwrap_or(1) {
                 return false;
             }
@@ -666,7 +673,16 @@ impl crate::Reconcile for TunerReconciler {
             && !exhausted
             && let Ok(space) = Space::of(&tuner.spec)
         {
-            exhausted = self.start(&mut pass, &space, &mut trials);
+            // A trial stopped early still holds its GPUs until its job is gone.
+            let stopping = trials
+                .values()
+                .filter(|t| t.early_stopped)
+                .filter(|t| {
+                    jobs.get(t.name.as_str())
+                        .is_some_and(|j| !j.phase.is_some_and(JobPhase::is_finished))
+                })
+                .count();
+            exhausted = self.start(&mut pass, &space, &mut trials, stopping);
         }
         for (type_, reason, message) in
             summarise(tuner, &mut status, trials, invalid.as_ref(), exhausted, now)
