@@ -408,26 +408,32 @@ impl Pass<'_> {
             if trial_done(t) {
                 continue;
             }
-            let mut stop: Option<String> = None;
-            for r in &t.rungs[from..] {
+            let mut stop: Option<(usize, String)> = None;
+            for (at, r) in t.rungs.iter().enumerate().skip(from) {
                 let others: Vec<f64> = trials
                     .values()
                     .filter(|o| o.index != index)
                     .filter_map(|o| o.rungs.iter().find(|x| x.rung == r.rung).map(|x| x.value))
                     .collect();
                 if !asha::goes_on(r.value, &others, goal, es.reduction_factor) {
-                    stop = Some(format!(
-                        "stopped early at rung {} (step {}): {metric} {} is not among the best {} of the {} trials there",
-                        r.rung,
-                        r.step,
-                        r.value,
-                        asha::kept(others.len() + 1, es.reduction_factor),
-                        others.len() + 1
+                    stop = Some((
+                        at,
+                        format!(
+                            "stopped early at rung {} (step {}): {metric} {} is not among the best {} of the {} trials there",
+                            r.rung,
+                            r.step,
+                            r.value,
+                            asha::kept(others.len() + 1, es.reduction_factor),
+                            others.len() + 1
+                        ),
                     ));
                     break;
                 }
             }
-            if let (Some(why), Some(t)) = (stop, trials.get_mut(&index)) {
+            if let (Some((at, why)), Some(t)) = (stop, trials.get_mut(&index)) {
+                // Rungs past the one it was stopped at were never earned: they do not count
+                // against the trials that reach them.
+                t.rungs.truncate(at + 1);
                 t.early_stopped = true;
                 t.completion_time = Some(Time(self.now));
                 self.plan.event(

@@ -222,6 +222,17 @@ fn asha_stops_a_poor_trial_records_it_then_deletes_its_job() {
         vec!["study-2"]
     );
     assert!(!c.jobs.contains_key("study-2"));
+    // A trial that shows several rungs at once is judged at the first and keeps only that one.
+    c.report("study-4", &[(1, 0.95), (3, 0.05), (9, 0.01)]);
+    c.step(&mut t, at(13));
+    let t4 = status(&t)
+        .trials
+        .iter()
+        .find(|x| x.name == "study-4")
+        .unwrap()
+        .clone();
+    assert!(t4.early_stopped, "{t4:?}");
+    assert_eq!(t4.rungs.iter().map(|r| r.rung).collect::<Vec<_>>(), vec![0]);
     // Once its job is gone, the trial stays stopped early (not vanished).
     c.step(&mut t, at(14));
     let t2 = status(&t)
