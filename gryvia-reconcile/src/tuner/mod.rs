@@ -659,11 +659,10 @@ impl crate::Reconcile for TunerReconciler {
             pass.observe(t, jobs.get(t.name.as_str()).copied());
         }
         pass.judge(&mut trials);
-        // A trial recorded as stopped early (in the stored status) loses its job now.
+        // A trial recorded as stopped early (in the stored status) loses its job now, also
+        // one that finished in between: a stopped trial never leaves a job behind.
         for t in current.trials.iter().filter(|t| t.early_stopped) {
-            if let Some(j) = jobs.get(t.name.as_str())
-                && !j.phase.is_some_and(JobPhase::is_finished)
-            {
+            if let Some(j) = jobs.get(t.name.as_str()) {
                 pass.plan.delete.push(crate::ObjectRef::namespaced(
                     "gryvia.io/v1alpha1",
                     "GryviaAIJob",
