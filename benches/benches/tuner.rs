@@ -54,22 +54,14 @@ fn history(spec: &GryviaAutoTunerSpec, n: i32, running: i32) -> Vec<Trial> {
             .unwrap_or_default();
         let done = i < n - running;
         trials.push(Trial {
-            name: tuner::trial_name("study", i),
-            index: i,
             objective_value: Some(loss(&p)),
-            parameters: p,
             phase: Some(if done {
                 JobPhase::Succeeded
             } else {
                 JobPhase::Running
             }),
             step: Some(9),
-            rungs: Vec::new(),
-            early_stopped: false,
-            vanished: false,
-            creation_time: None,
-            completion_time: None,
-            message: None,
+            ..Trial::new(tuner::trial_name("study", i), i, p)
         });
     }
     trials

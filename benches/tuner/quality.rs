@@ -30,7 +30,7 @@ use gryvia_reconcile::Reconcile;
 use gryvia_reconcile::tuner::metrics::Report;
 use gryvia_reconcile::tuner::rng::{Purpose, Rng};
 use gryvia_reconcile::tuner::{TrialJob, TunerReconciler, TunerWorld};
-use gryvia_types::{GryviaAIJob, GryviaAutoTuner, JobPhase, labels};
+use gryvia_types::{GryviaAIJob, GryviaAutoTuner, JobPhase};
 use serde_json::{Value, json};
 
 const SEEDS: i64 = 20;
@@ -82,15 +82,6 @@ struct Outcome {
     reached: Option<(usize, f64)>,
 }
 
-/// A running simulated trial.
-struct Job {
-    params: BTreeMap<String, String>,
-    started: i64,
-    reports: Vec<Report>,
-    phase: JobPhase,
-    index: i32,
-}
-
 #[expect(clippy::cast_precision_loss, reason = "step counts are small")]
 fn run(problem: &Problem, algorithm: &str, seed: i64, budget: i32, extra: &Value) -> Outcome {
     let mut spec = json!({
@@ -114,46 +105,26 @@ fn run(problem: &Problem, algorithm: &str, seed: i64, budget: i32, extra: &Value
     let mut tuner = GryviaAutoTuner::new("study", serde_json::from_value(spec).expect("spec"));
     tuner.metadata.namespace = Some("bench".to_owned());
     let reconciler = TunerReconciler::default();
-    let mut jobs: BTreeMap<String, Job> = BTreeMap::new();
+    // The simulated trials' jobs, as the observer would report them.
+    let mut jobs: BTreeMap<String, TrialJob> = BTreeMap::new();
     let mut gpu_steps: i64 = 0;
     let start: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
     let target = problem.optimum.abs() * 1.01 + if problem.optimum == 0.0 { 0.01 } else { 0.0 };
     for tick in 0..1_000_000i64 {
         let now = start + jiff::SignedDuration::from_secs(tick);
         let world = TunerWorld {
-            jobs: jobs
-                .iter()
-                .map(|(name, j)| TrialJob {
-                    name: name.clone(),
-                    index: Some(j.index),
-                    parameters: Some(j.params.clone()),
-                    phase: Some(j.phase),
-                    creation_time: Some(start + jiff::SignedDuration::from_secs(j.started)),
-                    completion_time: None,
-                    message: None,
-                    reports: Some(j.reports.clone()),
-                })
-                .collect(),
+            jobs: jobs.values().cloned().collect(),
         };
         let plan = reconciler.reconcile(&tuner, &world, now);
         for c in &plan.apply {
             let job: GryviaAIJob = serde_json::from_value(c.object.clone()).expect("job");
-            let meta = job.metadata;
-            let index: i32 = meta.labels.unwrap_or_default()[labels::TRIAL_INDEX]
-                .parse()
-                .expect("index");
-            let params: BTreeMap<String, String> = serde_json::from_str(
-                &meta.annotations.unwrap_or_default()[labels::TRIAL_PARAMETERS],
-            )
-            .expect("params");
             jobs.insert(
                 c.object_ref.name.clone(),
-                Job {
-                    params,
-                    started: tick,
-                    reports: Vec::new(),
-                    phase: JobPhase::Running,
-                    index,
+                TrialJob {
+                    phase: Some(JobPhase::Running),
+                    creation_time: Some(now),
+                    reports: Some(Vec::new()),
+                    ..TrialJob::of(&job)
                 },
             );
         }
@@ -175,20 +146,27 @@ fn run(problem: &Problem, algorithm: &str, seed: i64, budget: i32, extra: &Value
             return Outcome { reached: None };
         }
         // One step of every running trial.
-        for j in jobs.values_mut().filter(|j| j.phase == JobPhase::Running) {
+        for j in jobs
+            .values_mut()
+            .filter(|j| j.phase == Some(JobPhase::Running))
+        {
             gpu_steps += 1;
-            let step = tick + 1 - j.started;
+            let started = j
+                .creation_time
+                .map_or(0, |c| c.duration_since(start).as_secs());
+            let step = tick + 1 - started;
+            let index = j.index.unwrap_or_default();
             let mut rng = Rng::stream(
                 seed,
-                u64::try_from(j.index * 1000).unwrap_or(0) + u64::try_from(step).unwrap_or(0),
+                u64::try_from(index * 1000).unwrap_or(0) + u64::try_from(step).unwrap_or(0),
                 Purpose::Noise,
             );
-            j.reports.push(Report {
-                step,
-                value: (problem.at)(&j.params, step, &mut rng),
-            });
+            let value = (problem.at)(j.parameters.as_ref().expect("params"), step, &mut rng);
+            j.reports
+                .get_or_insert_with(Vec::new)
+                .push(Report { step, value });
             if step >= problem.steps {
-                j.phase = JobPhase::Succeeded;
+                j.phase = Some(JobPhase::Succeeded);
             }
         }
     }

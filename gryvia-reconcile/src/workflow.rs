@@ -35,6 +35,18 @@ pub const TEMPLATE_RECHECK: Duration = Duration::from_secs(30);
 /// Annotations of the workflow that every step's job carries.
 pub const INHERITED_ANNOTATIONS: [&str; 2] = [labels::PRIORITY_CLASS, labels::RESERVATION];
 
+/// The annotations of `owner` that every job it makes carries ([`INHERITED_ANNOTATIONS`]:
+/// its priority class and reservation), for workflow steps and tuner trials alike.
+pub fn inherited_annotations(owner: &ObjectMeta) -> BTreeMap<String, String> {
+    owner
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| INHERITED_ANNOTATIONS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// A step's job as observed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -234,14 +246,7 @@ fn step_job(
     let labels = job.metadata.labels.get_or_insert_with(BTreeMap::new);
     labels.insert(labels::WORKFLOW.to_owned(), wf);
     labels.insert(STEP_LABEL.to_owned(), step.name.clone());
-    let inherited: BTreeMap<String, String> = workflow
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| INHERITED_ANNOTATIONS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let inherited = inherited_annotations(&workflow.metadata);
     if !inherited.is_empty() {
         job.metadata.annotations = Some(inherited);
     }

@@ -11,9 +11,7 @@ use gryvia_reconcile::Reconcile;
 use gryvia_reconcile::tuner::metrics::Report;
 use gryvia_reconcile::tuner::space::Space;
 use gryvia_reconcile::tuner::{self, TrialJob, TunerReconciler, TunerWorld, asha};
-use gryvia_types::{
-    Goal, GryviaAIJob, GryviaAutoTuner, GryviaAutoTunerSpec, JobPhase, Trial, labels,
-};
+use gryvia_types::{Goal, GryviaAIJob, GryviaAutoTuner, GryviaAutoTunerSpec, JobPhase, Trial};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -57,22 +55,13 @@ fn spec(
 
 fn trial(index: i32, parameters: BTreeMap<String, String>, value: Option<f64>) -> Trial {
     Trial {
-        name: tuner::trial_name("s", index),
-        index,
-        parameters,
         phase: Some(if value.is_some() {
             JobPhase::Succeeded
         } else {
             JobPhase::Running
         }),
         objective_value: value,
-        step: None,
-        rungs: Vec::new(),
-        early_stopped: false,
-        vanished: false,
-        creation_time: None,
-        completion_time: None,
-        message: None,
+        ..Trial::new(tuner::trial_name("s", index), index, parameters)
     }
 }
 
@@ -175,16 +164,11 @@ proptest! {
             let plan = TunerReconciler::default().reconcile(&t, &world, now);
             for c in &plan.apply {
                 let job: GryviaAIJob = serde_json::from_value(c.object.clone()).unwrap();
-                let meta = job.metadata;
                 jobs.insert(c.object_ref.name.clone(), TrialJob {
-                    name: c.object_ref.name.clone(),
-                    index: meta.labels.unwrap()[labels::TRIAL_INDEX].parse().ok(),
-                    parameters: serde_json::from_str(&meta.annotations.unwrap()[labels::TRIAL_PARAMETERS]).ok(),
                     phase: Some(JobPhase::Running),
                     creation_time: Some(now),
-                    completion_time: None,
-                    message: None,
                     reports: Some(Vec::new()),
+                    ..TrialJob::of(&job)
                 });
             }
             for d in &plan.delete {

@@ -255,6 +255,26 @@ pub struct Trial {
     pub message: Option<String>,
 }
 
+impl Trial {
+    /// A trial just made: its job's name, its index and its values, nothing reported yet.
+    pub fn new(name: impl Into<String>, index: i32, parameters: BTreeMap<String, String>) -> Self {
+        Trial {
+            name: name.into(),
+            index,
+            parameters,
+            phase: None,
+            objective_value: None,
+            step: None,
+            rungs: Vec::new(),
+            early_stopped: false,
+            vanished: false,
+            creation_time: None,
+            completion_time: None,
+            message: None,
+        }
+    }
+}
+
 /// The objective a trial reported at an ASHA rung.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -78,20 +78,7 @@ fn seed_with_one_early_crash(product: &str) -> i64 {
             for i in 0..4 {
                 let p = tuner::suggest(&s, &trials).unwrap().unwrap();
                 crashes += usize::from(p["crash"] == "true");
-                trials.push(gryvia_types::Trial {
-                    name: tuner::trial_name("t", i),
-                    index: i,
-                    parameters: p,
-                    phase: None,
-                    objective_value: None,
-                    step: None,
-                    rungs: Vec::new(),
-                    early_stopped: false,
-                    vanished: false,
-                    creation_time: None,
-                    completion_time: None,
-                    message: None,
-                });
+                trials.push(gryvia_types::Trial::new(tuner::trial_name("t", i), i, p));
             }
             crashes == 1
         })

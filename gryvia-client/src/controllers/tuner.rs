@@ -8,10 +8,10 @@ use std::time::Duration;
 use gryvia_reconcile::tuner::{self, TrialJob, TunerReconciler, TunerWorld, metrics};
 use gryvia_types::{GryviaAIJob, GryviaAutoTuner, labels};
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 use tracing::debug;
 
 use super::{Running, Shared, changed};
@@ -128,30 +128,13 @@ impl Observe for TunerObserver {
         jobs.sort_by_key(|j| j.name_any());
         let mut out = Vec::with_capacity(jobs.len());
         for j in jobs {
-            let job_name = j.name_any();
-            let status = j.status.clone().unwrap_or_default();
-            let reports = if done.contains(&job_name.as_str()) {
-                None
-            } else {
-                self.reports(&ns, &job_name, &study.spec.objective.metric)
-                    .await
-            };
-            out.push(TrialJob {
-                index: j
-                    .labels()
-                    .get(labels::TRIAL_INDEX)
-                    .and_then(|i| i.parse().ok()),
-                parameters: j
-                    .annotations()
-                    .get(labels::TRIAL_PARAMETERS)
-                    .and_then(|p| serde_json::from_str(p).ok()),
-                phase: status.phase,
-                creation_time: j.meta().creation_timestamp.clone().map(|t| t.0),
-                completion_time: status.completion_time.map(|t| t.0),
-                message: status.message,
-                reports,
-                name: job_name,
-            });
+            let mut trial = TrialJob::of(&j);
+            if !done.contains(&trial.name.as_str()) {
+                trial.reports = self
+                    .reports(&ns, &trial.name, &study.spec.objective.metric)
+                    .await;
+            }
+            out.push(trial);
         }
         Ok(TunerWorld { jobs: out })
     }

@@ -160,14 +160,7 @@ pub fn trial_job(
         });
     }
     let tuner_name = tuner.metadata.name.clone().unwrap_or_default();
-    let mut annotations: BTreeMap<String, String> = tuner
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| crate::workflow::INHERITED_ANNOTATIONS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut annotations = crate::workflow::inherited_annotations(&tuner.metadata);
     annotations.insert(
         labels::TRIAL_PARAMETERS.to_owned(),
         serde_json::to_string(params).unwrap_or_default(),
@@ -247,6 +240,32 @@ pub struct TrialJob {
     pub reports: Option<Vec<Report>>,
 }
 
+impl TrialJob {
+    /// A trial's job as the observer sees it (its reports not read: `None`).
+    pub fn of(job: &GryviaAIJob) -> Self {
+        let status = job.status.clone().unwrap_or_default();
+        let meta = &job.metadata;
+        TrialJob {
+            name: meta.name.clone().unwrap_or_default(),
+            index: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::TRIAL_INDEX))
+                .and_then(|i| i.parse().ok()),
+            parameters: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::TRIAL_PARAMETERS))
+                .and_then(|p| serde_json::from_str(p).ok()),
+            phase: status.phase,
+            creation_time: meta.creation_timestamp.clone().map(|t| t.0),
+            completion_time: status.completion_time.map(|t| t.0),
+            message: status.message,
+            reports: None,
+        }
+    }
+}
+
 /// What the tuner reconcile knows: the GryviaAIJobs labelled with its name and owned by it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -277,18 +296,8 @@ fn merged_trials(status: &GryviaAutoTunerStatus, world: &TunerWorld) -> BTreeMap
             continue;
         };
         trials.entry(index).or_insert_with(|| Trial {
-            name: j.name.clone(),
-            index,
-            parameters: parameters.clone(),
-            phase: None,
-            objective_value: None,
-            step: None,
-            rungs: Vec::new(),
-            early_stopped: false,
-            vanished: false,
             creation_time: j.creation_time.map(Time),
-            completion_time: None,
-            message: None,
+            ..Trial::new(j.name.clone(), index, parameters.clone())
         });
     }
     trials
@@ -607,18 +616,8 @@ impl TunerReconciler {
             trials.insert(
                 index,
                 Trial {
-                    name: child_name(&job),
-                    index,
-                    parameters: params,
-                    phase: None,
-                    objective_value: None,
-                    step: None,
-                    rungs: Vec::new(),
-                    early_stopped: false,
-                    vanished: false,
                     creation_time: Some(Time(pass.now)),
-                    completion_time: None,
-                    message: None,
+                    ..Trial::new(child_name(&job), index, params)
                 },
             );
         }

@@ -203,7 +203,6 @@ impl Dim {
 /// The grid points of `p` (`field`: its path, for errors).
 #[expect(
     clippy::cast_precision_loss,
-    clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     reason = "point counts are at most 1000 and ranges are checked"
 )]
@@ -225,38 +224,22 @@ fn grid_points(p: &SearchParameter, dim: &Dim, field: &str) -> Result<Vec<String
         }
         return Ok(out);
     }
-    let n = p.grid_points.map(|n| n.max(2) as usize);
-    let spaced = |n: usize, at: &dyn Fn(f64) -> String| -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for i in 0..n {
-            let v = at(i as f64 / (n - 1) as f64);
-            if !out.contains(&v) {
-                out.push(v);
-            }
-        }
-        out
-    };
-    match (dim, n) {
+    match (dim, p.grid_points.map(|n| n.max(2) as usize)) {
         (Dim::Categorical(values), _) => Ok(values.clone()),
-        (Dim::Double { min, max, log }, Some(n)) => Ok(spaced(n, &|t| {
-            let x = if *log {
-                (min.ln() + t * (max.ln() - min.ln())).exp()
-            } else {
-                min + t * (max - min)
-            };
-            format_double(x, *min, *max)
-        })),
         (Dim::Double { .. }, None) => Err(format!(
             "{field}: a double parameter under grid needs gridPoints or values"
         )),
-        (Dim::Int { min, max, log }, Some(n)) => Ok(spaced(n, &|t| {
-            let x = if *log {
-                ((*min as f64).ln() + t * ((*max as f64).ln() - (*min as f64).ln())).exp()
-            } else {
-                *min as f64 + t * (*max - *min) as f64
-            };
-            (x.round() as i64).clamp(*min, *max).to_string()
-        })),
+        // Evenly spaced over the parameter's own scale: the values sampling gives at 0, 1/(n-1) .. 1.
+        (Dim::Double { .. } | Dim::Int { .. }, Some(n)) => {
+            let mut out: Vec<String> = Vec::new();
+            for i in 0..n {
+                let v = dim.value(i as f64 / (n - 1) as f64);
+                if !out.contains(&v) {
+                    out.push(v);
+                }
+            }
+            Ok(out)
+        }
         (Dim::Int { min, max, .. }, None) => {
             let count = max.abs_diff(*min) + 1;
             if count > 1000 {

@@ -60,21 +60,13 @@ impl Cluster {
         let plan = TunerReconciler::default().reconcile(t, &world, now);
         for c in &plan.apply {
             let job: GryviaAIJob = serde_json::from_value(c.object.clone()).unwrap();
-            let labels = job.metadata.labels.clone().unwrap_or_default();
-            let annotations = job.metadata.annotations.clone().unwrap_or_default();
             self.jobs.insert(
                 c.object_ref.name.clone(),
                 TrialJob {
-                    name: c.object_ref.name.clone(),
-                    index: labels.get(labels::TRIAL_INDEX).and_then(|i| i.parse().ok()),
-                    parameters: annotations
-                        .get(labels::TRIAL_PARAMETERS)
-                        .and_then(|p| serde_json::from_str(p).ok()),
                     phase: Some(JobPhase::Running),
                     creation_time: Some(now),
-                    completion_time: None,
-                    message: None,
                     reports: Some(Vec::new()),
+                    ..TrialJob::of(&job)
                 },
             );
         }
@@ -434,18 +426,9 @@ fn bayesian_suggestions_are_reproducible_and_in_bounds() {
         let lr: f64 = p["lr"].parse().unwrap();
         let layers: f64 = p["layers"].parse().unwrap();
         trials.push(Trial {
-            name: trial_name("study", i),
-            index: i,
-            parameters: p,
             phase: Some(JobPhase::Succeeded),
             objective_value: Some((lr.log10() + 2.0).powi(2) + (layers - 4.0).powi(2) / 10.0),
-            step: None,
-            rungs: Vec::new(),
-            early_stopped: false,
-            vanished: false,
-            creation_time: None,
-            completion_time: None,
-            message: None,
+            ..Trial::new(trial_name("study", i), i, p)
         });
     }
 }
