@@ -74,6 +74,7 @@ fn bench(c: &mut Criterion) {
             ("h100".into(), "NVIDIA-H100-80GB-HBM3".into()),
             ("a100".into(), "NVIDIA-A100-SXM4-80GB".into()),
         ]),
+        tiers: BTreeMap::new(),
         gpu_quota: Some(GpuQuota {
             name: "q".into(),
             hard: 2048,
@@ -87,7 +88,9 @@ fn bench(c: &mut Criterion) {
     c.bench_function("admission/validate", |b| {
         b.iter(|| validate_job(black_box(&j), black_box(&admission)))
     });
-    c.bench_function("admission/mutate", |b| b.iter(|| mutate_job(black_box(&j))));
+    c.bench_function("admission/mutate", |b| {
+        b.iter(|| mutate_job(black_box(&j), None))
+    });
 
     let tpl: GryviaTemplate = serde_json::from_value(json!({
         "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTemplate",

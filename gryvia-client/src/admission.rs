@@ -2,7 +2,7 @@
 //! GryviaAIJobs, its certificates, and its registration with the API server.
 //!
 //! The decisions are the pure functions of `gryvia_reconcile::admission`; this module reads
-//! the facts they need from watch caches (namespaces, tenants, GPU SKUs, ResourceQuotas,
+//! the facts they need from watch caches (namespaces, tenants, priorities, GPU SKUs, ResourceQuotas,
 //! templates, reservations), so a review costs no API call. When a cache is not synced yet,
 //! the webhook fails open (admits, with a warning) unless it was started fail-closed; the
 //! registration's `failurePolicy` follows the same flag (`Ignore` or `Fail`).
@@ -20,8 +20,8 @@ use gryvia_reconcile::admission::{
     TenantFacts, mutate_job, validate_job,
 };
 use gryvia_types::{
-    GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaReservation, GryviaTemplate, GryviaTenant,
-    GryviaUsageRecord, labels,
+    GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaPriority, GryviaReservation, GryviaTemplate,
+    GryviaTenant, GryviaUsageRecord, labels,
 };
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::ResourceExt;
@@ -50,6 +50,7 @@ pub struct Caches {
     reservations: Store<GryviaReservation>,
     budgets: Store<GryviaBudget>,
     records: Store<GryviaUsageRecord>,
+    priorities: Store<GryviaPriority>,
 }
 
 impl Caches {
@@ -66,6 +67,7 @@ impl Caches {
             reservations: caches.store(),
             budgets: caches.store(),
             records: caches.store(),
+            priorities: caches.store(),
         };
         tokio::spawn(caches.run());
         stores
@@ -85,6 +87,7 @@ impl Caches {
             let _ = self.reservations.wait_until_ready().await;
             let _ = self.budgets.wait_until_ready().await;
             let _ = self.records.wait_until_ready().await;
+            let _ = self.priorities.wait_until_ready().await;
         };
         tokio::time::timeout(timeout, all)
             .await
@@ -122,6 +125,26 @@ impl Caches {
         )
     }
 
+    /// The facts of the tenant of `namespace` (`None`: the namespace belongs to none).
+    ///
+    /// # Errors
+    /// A reason when the namespace or its tenant is not in the caches yet.
+    pub fn tenant(&self, namespace: &str) -> std::result::Result<Option<TenantFacts>, String> {
+        let namespace_obj = self
+            .namespaces
+            .get(&ObjectRef::new(namespace))
+            .ok_or_else(|| format!("namespace {namespace} is not in the cache yet"))?;
+        match namespace_obj.labels().get(labels::TENANT) {
+            Some(t) => {
+                let obj = self.tenants.get(&ObjectRef::new(t)).ok_or_else(|| {
+                    format!("tenant {t} of namespace {namespace} is not in the cache")
+                })?;
+                Ok(Some(TenantFacts::of(t, &obj)))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The facts about `job` that the validating webhook needs, from the caches.
     ///
     /// # Errors
@@ -131,19 +154,7 @@ impl Caches {
         job: &GryviaAIJob,
         namespace: &str,
     ) -> std::result::Result<AdmissionWorld, String> {
-        let namespace_obj = self
-            .namespaces
-            .get(&ObjectRef::new(namespace))
-            .ok_or_else(|| format!("namespace {namespace} is not in the cache yet"))?;
-        let tenant = match namespace_obj.labels().get(labels::TENANT) {
-            Some(t) => {
-                let obj = self.tenants.get(&ObjectRef::new(t)).ok_or_else(|| {
-                    format!("tenant {t} of namespace {namespace} is not in the cache")
-                })?;
-                Some(TenantFacts::of(t, &obj))
-            }
-            None => None,
-        };
+        let tenant = self.tenant(namespace)?;
         let skus = self
             .skus
             .state()
@@ -165,12 +176,19 @@ impl Caches {
             .annotations()
             .get(labels::RESERVATION)
             .map(|r| ReservationFacts::of(self.reservations.get(&ObjectRef::new(r)).as_deref()));
+        let tiers = self
+            .priorities
+            .state()
+            .iter()
+            .map(|p| (p.name_any(), p.spec.value))
+            .collect();
         Ok(AdmissionWorld {
             tenant,
             skus,
             gpu_quota,
             template,
             reservation,
+            tiers,
             blocked_budgets: Vec::new(),
             spend: None,
         })
@@ -238,8 +256,24 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
         .unwrap_or_default();
     match hook {
         Hook::Mutate => {
-            let ops = mutate_job(&job);
+            let mut warnings = Vec::new();
+            let tenant = match state.caches.tenant(&namespace) {
+                Ok(t) => t,
+                Err(why) if state.fail_closed => {
+                    return respond(decision_json(Decision::deny(format!(
+                        "admission facts unavailable and the webhook is fail-closed: {why}"
+                    ))));
+                }
+                Err(why) => {
+                    warnings.push(format!("gryvia tenant defaults skipped (fail-open): {why}"));
+                    None
+                }
+            };
+            let ops = mutate_job(&job, tenant.as_ref());
             let mut r = json!({"uid": uid, "allowed": true});
+            if !warnings.is_empty() {
+                r["warnings"] = json!(warnings);
+            }
             if !ops.is_empty() {
                 let patch = serde_json::to_vec(&ops).unwrap_or_default();
                 r["patchType"] = json!("JSONPatch");

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gryvia_types::conditions;
 use gryvia_types::{
-    Framework, GryviaAIJob, GryviaBudget, GryviaReservation, GryviaTemplate, GryviaTenant,
-    OwnerType, labels,
+    DataClassification, Framework, GryviaAIJob, GryviaBudget, GryviaReservation, GryviaTemplate,
+    GryviaTenant, OwnerType, PaymentMethod, labels,
 };
 use k8s_openapi::api::core::v1::ResourceQuota;
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 /// Facts about the job's tenant (the `gryvia.io/tenant` label of its namespace).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct TenantFacts {
     /// Tenant name.
     pub name: String,
@@ -42,12 +42,28 @@ pub struct TenantFacts {
     /// `spec.quotas.gpuHours`: GPU-hours a UTC month, and the burst allowed above them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_hours_monthly: Option<(i64, i64)>,
+    /// `spec.priorities.default`: the tier of jobs that name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_tier: Option<String>,
+    /// `spec.priorities` is set without `allowHighPriority`: tiers above the default are
+    /// refused.
+    #[serde(default)]
+    pub no_high_tiers: bool,
+    /// `spec.governance.dataClassification`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<DataClassification>,
+    /// `spec.billing.prepaidBalance` in US dollar micro-units, for a tenant paying `prepaid`
+    /// (0 when it sets no balance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepaid_micros: Option<i64>,
 }
 
 impl TenantFacts {
     /// The facts of tenant `name` from its object.
     pub fn of(name: &str, tenant: &GryviaTenant) -> Self {
         let quotas = tenant.spec.quotas.as_ref();
+        let priorities = tenant.spec.priorities.as_ref();
+        let billing = tenant.spec.billing.as_ref();
         TenantFacts {
             name: name.to_owned(),
             allowed_skus: tenant.spec.allowed_skus.clone(),
@@ -66,12 +82,30 @@ impl TenantFacts {
             gpu_hours_monthly: quotas
                 .and_then(|q| q.gpu_hours.as_ref())
                 .and_then(|h| Some((h.monthly?, h.burst.unwrap_or(0)))),
+            default_tier: priorities.and_then(|p| p.default.clone()),
+            no_high_tiers: priorities.is_some_and(|p| !p.allow_high_priority),
+            classification: tenant
+                .spec
+                .governance
+                .as_ref()
+                .and_then(|g| g.data_classification),
+            prepaid_micros: billing
+                .filter(|b| b.payment_method == Some(PaymentMethod::Prepaid))
+                .map(|b| {
+                    b.prepaid_balance
+                        .as_ref()
+                        .and_then(|d| d.micros().ok())
+                        .unwrap_or(0)
+                }),
         }
     }
 
-    /// Whether the tenant has a monthly money or GPU-hour quota (the gate then needs its spend).
+    /// Whether the tenant has a monthly money or GPU-hour quota or a prepaid balance (the gate
+    /// then needs its spend).
     pub fn has_spend_quota(&self) -> bool {
-        self.cost_usd_monthly.is_some() || self.gpu_hours_monthly.is_some()
+        self.cost_usd_monthly.is_some()
+            || self.gpu_hours_monthly.is_some()
+            || self.prepaid_micros.is_some()
     }
 }
 
@@ -92,6 +126,9 @@ pub struct Runtime {
 pub struct MonthSpend {
     /// US dollars spent this month, micro-units.
     pub usd_micros: i64,
+    /// US dollars spent ever (what a prepaid balance is counted down by), micro-units.
+    #[serde(default)]
+    pub total_usd_micros: i64,
     /// GPU-seconds used this month.
     pub gpu_seconds: i64,
     /// Price of a GPU-hour of the job's SKU, US dollar micro-units (`None`: unpriced).
@@ -147,6 +184,14 @@ pub fn month_spend(
     let (start, _) = crate::budget::period(gryvia_types::PeriodType::Monthly, now);
     let (usd_micros, gpu_seconds) =
         crate::invoice::totals(tenant, start, now, records.iter().copied(), skus, "USD");
+    let (total_usd_micros, _) = crate::invoice::totals(
+        tenant,
+        crate::Timestamp::UNIX_EPOCH,
+        now,
+        records.iter().copied(),
+        skus,
+        "USD",
+    );
     let price_micros = job.spec.gpu_type.as_deref().and_then(|t| {
         skus.iter()
             .filter(|s| s.currency == "USD" && (s.name == t || s.gpu_product == t))
@@ -171,6 +216,7 @@ pub fn month_spend(
     let durations: Vec<i64> = runs.into_iter().map(|(_, d)| d).collect();
     MonthSpend {
         usd_micros,
+        total_usd_micros,
         gpu_seconds,
         price_micros,
         runtime: expected_runtime(job, template, &durations),
@@ -216,6 +262,23 @@ fn check_spend(total: i64, t: &TenantFacts, spend: Option<&MonthSpend>) -> Optio
             r.basis
         ),
     };
+    if let Some(balance) = t.prepaid_micros {
+        let left = balance.saturating_sub(spend.total_usd_micros);
+        if left <= 0 || est_micros > left {
+            return Some(format!(
+                "tenant {}'s prepaid balance (spec.billing.prepaidBalance) is {} USD: {} USD spent, {} USD left, and {}",
+                t.name,
+                money(balance),
+                money(spend.total_usd_micros),
+                money(left.max(0)),
+                if left <= 0 {
+                    "new GPU jobs are refused until it is topped up".to_owned()
+                } else {
+                    format!("this job's estimate of {estimate} would overspend it")
+                },
+            ));
+        }
+    }
     if let Some(limit) = t.cost_usd_monthly {
         let limit_micros = limit.saturating_mul(1_000_000);
         let projected = spend.usd_micros.saturating_add(est_micros);
@@ -340,6 +403,9 @@ pub struct AdmissionWorld {
     pub template: Option<TemplateState>,
     /// The reservation named by the `gryvia.io/reservation` annotation, when it is set.
     pub reservation: Option<ReservationFacts>,
+    /// Every GryviaPriority's value, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tiers: BTreeMap<String, i32>,
     /// Budgets in state `blocked` whose scope covers the job (filled only with the admission
     /// gate on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -507,6 +573,43 @@ fn check_quota(total: i64, quota: Option<&GpuQuota>) -> Option<String> {
     ))
 }
 
+/// The job's tier (its `gryvia.io/priority-class` annotation) is above the tenant's default
+/// tier and the tenant may not use high tiers (`tiers`: every GryviaPriority's value).
+fn check_tier(job: &GryviaAIJob, t: &TenantFacts, tiers: &BTreeMap<String, i32>) -> Option<String> {
+    let tier = annotation(job, labels::PRIORITY_CLASS).filter(|_| t.no_high_tiers)?;
+    let field = format!("metadata.annotations[{}]", labels::PRIORITY_CLASS);
+    let Some(value) = tiers.get(tier) else {
+        return Some(format!(
+            "{field}: GryviaPriority {tier} does not exist, and tenant {} may not use tiers above its default (spec.priorities.allowHighPriority is false)",
+            t.name
+        ));
+    };
+    let (baseline, of) = match t.default_tier.as_deref() {
+        Some(d) => (
+            tiers.get(d).copied().unwrap_or(0),
+            format!("its default tier {d}"),
+        ),
+        None => (0, "0 (no default tier)".to_owned()),
+    };
+    (*value > baseline).then(|| {
+        format!(
+            "{field}: tier {tier} (value {value}) is above {of} (value {baseline}), and tenant {} may not use high-priority tiers (spec.priorities.allowHighPriority is false)",
+            t.name
+        )
+    })
+}
+
+/// A shared GPU (`gpuFraction`) for a tenant whose data is confidential or restricted.
+fn check_shared_gpu(job: &GryviaAIJob, t: &TenantFacts) -> Option<String> {
+    let class = t.classification.filter(|c| c.isolating())?;
+    job.spec.gpu_fraction?;
+    Some(format!(
+        "spec.gpuFraction: tenant {}'s data is {} (spec.governance.dataClassification), and its jobs never share a GPU: ask for whole GPUs",
+        t.name,
+        class.as_str()
+    ))
+}
+
 /// The template the job's label names does not exist or is not valid.
 fn check_template(job: &GryviaAIJob, template: Option<&TemplateState>) -> Option<String> {
     let tpl = job
@@ -570,13 +673,22 @@ fn check_tolerations(job: &GryviaAIJob) -> Option<String> {
 }
 
 /// Decides whether a new job is admitted: the first check that fails, in order, denies it
-/// (priority, blocked budgets, the tenant's monthly money and GPU-hour quotas, the tenant's SKUs and per-product limits, the namespace's
-/// quota, the template, the reservation, reservation tolerations).
+/// (priority, the tenant's tiers, shared GPUs for confidential data, blocked budgets, the
+/// tenant's prepaid balance and monthly money and GPU-hour quotas, the tenant's SKUs and
+/// per-product limits, the namespace's quota, the template, the reservation, reservation
+/// tolerations).
 pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
     let spec = &job.spec;
     let total = i64::from(spec.gpus) * i64::from(spec.replicas);
     let tenant = world.tenant.as_ref().filter(|_| spec.gpus > 0);
     check_priority(job)
+        .or_else(|| {
+            world
+                .tenant
+                .as_ref()
+                .and_then(|t| check_tier(job, t, &world.tiers))
+        })
+        .or_else(|| tenant.and_then(|t| check_shared_gpu(job, t)))
         .or_else(|| check_budgets(total, world))
         .or_else(|| tenant.and_then(|t| check_spend(total, t, world.spend.as_ref())))
         .or_else(|| tenant.and_then(|t| check_skus(job, t, &world.skus)))
@@ -673,10 +785,57 @@ fn values<T: Serialize>(items: &[T]) -> Vec<Value> {
         .collect()
 }
 
-/// The JSON Patch (RFC 6902) the mutating webhook returns for a new job; empty when nothing
-/// is added.
-pub fn mutate_job(job: &GryviaAIJob) -> Vec<Value> {
+/// JSON Pointer escaping of one path segment (RFC 6901).
+fn pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+/// Sets `key` to `value` in the job's labels (`field` `labels`) or annotations.
+fn set_meta(
+    ops: &mut Vec<Value>,
+    current: Option<&BTreeMap<String, String>>,
+    field: &str,
+    key: &str,
+    value: &str,
+) {
+    match current {
+        Some(m) if m.get(key).map(String::as_str) == Some(value) => {}
+        Some(_) => ops.push(json!({"op": "add", "path": format!("/metadata/{field}/{}", pointer(key)), "value": value})),
+        None => ops.push(json!({"op": "add", "path": format!("/metadata/{field}"), "value": {key: value}})),
+    }
+}
+
+/// The JSON Patch (RFC 6902) the mutating webhook returns for a new job of `tenant`'s
+/// namespace (`None`: of no tenant); empty when nothing is added. The tenant's default tier
+/// goes on a job that names none; its data classification on every job, replacing whatever
+/// the job says.
+pub fn mutate_job(job: &GryviaAIJob, tenant: Option<&TenantFacts>) -> Vec<Value> {
     let mut ops = Vec::new();
+    let mut labels_now = job.metadata.labels.clone();
+    if let Some(c) = tenant.and_then(|t| t.classification) {
+        set_meta(
+            &mut ops,
+            labels_now.as_ref(),
+            "labels",
+            labels::DATA_CLASSIFICATION,
+            c.as_str(),
+        );
+        labels_now.get_or_insert_with(BTreeMap::new).insert(
+            labels::DATA_CLASSIFICATION.to_owned(),
+            c.as_str().to_owned(),
+        );
+    }
+    if let Some(d) = tenant.and_then(|t| t.default_tier.as_deref())
+        && annotation(job, labels::PRIORITY_CLASS).is_none()
+    {
+        set_meta(
+            &mut ops,
+            job.metadata.annotations.as_ref(),
+            "annotations",
+            labels::PRIORITY_CLASS,
+            d,
+        );
+    }
     let extra = training_env(job);
     if !extra.is_empty() {
         let mut all = values(&job.spec.env);
@@ -744,6 +903,7 @@ mod tests {
     fn spend(usd: i64, hours: i64, runtime: Option<(i64, &str)>) -> MonthSpend {
         MonthSpend {
             usd_micros: usd * 1_000_000,
+            total_usd_micros: usd * 1_000_000,
             gpu_seconds: hours * 3600,
             price_micros: Some(4_000_000),
             runtime: runtime.map(|(seconds, basis)| Runtime {
@@ -1046,5 +1206,157 @@ mod tests {
             }]
         );
         assert!(blocked_budgets(&all, Some("cv"), "tenant-cv").is_empty());
+    }
+
+    fn tiers() -> BTreeMap<String, i32> {
+        BTreeMap::from([
+            ("low".to_owned(), 100),
+            ("normal".to_owned(), 1000),
+            ("high".to_owned(), 10_000),
+        ])
+    }
+
+    fn tiered(tier: &str) -> GryviaAIJob {
+        annotated(job(json!({"gpus": 1})), labels::PRIORITY_CLASS, tier)
+    }
+
+    #[test]
+    fn a_tenant_without_high_priority_may_not_name_a_tier_above_its_default() {
+        let t = TenantFacts {
+            default_tier: Some("normal".into()),
+            no_high_tiers: true,
+            ..tenant()
+        };
+        assert_eq!(check_tier(&tiered("normal"), &t, &tiers()), None);
+        assert_eq!(check_tier(&tiered("low"), &t, &tiers()), None);
+        assert_eq!(
+            check_tier(&tiered("high"), &t, &tiers()).unwrap(),
+            "metadata.annotations[gryvia.io/priority-class]: tier high (value 10000) is above its default tier normal (value 1000), and tenant ml may not use high-priority tiers (spec.priorities.allowHighPriority is false)"
+        );
+        assert!(
+            check_tier(&tiered("nope"), &t, &tiers())
+                .unwrap()
+                .contains("GryviaPriority nope does not exist"),
+            "a tier that cannot be weighed is refused"
+        );
+        assert_eq!(check_tier(&job(json!({})), &t, &tiers()), None, "no tier");
+        let no_default = TenantFacts {
+            default_tier: None,
+            ..t.clone()
+        };
+        assert!(
+            check_tier(&tiered("low"), &no_default, &tiers())
+                .unwrap()
+                .contains("is above 0 (no default tier)")
+        );
+        let allowed = TenantFacts {
+            no_high_tiers: false,
+            ..t
+        };
+        assert_eq!(check_tier(&tiered("high"), &allowed, &tiers()), None);
+        assert_eq!(check_tier(&tiered("nope"), &allowed, &tiers()), None);
+    }
+
+    #[test]
+    fn a_tenant_with_priorities_is_held_to_them_and_one_without_is_not() {
+        let mut t: GryviaTenant = serde_json::from_value(json!({
+            "metadata": {"name": "ml"},
+            "spec": {"displayName": "ml"}
+        }))
+        .unwrap();
+        assert!(!TenantFacts::of("ml", &t).no_high_tiers);
+        t.spec.priorities = Some(gryvia_types::TenantPriorities {
+            default: Some("normal".into()),
+            allow_high_priority: false,
+        });
+        let f = TenantFacts::of("ml", &t);
+        assert!(f.no_high_tiers);
+        assert_eq!(f.default_tier.as_deref(), Some("normal"));
+        let world = AdmissionWorld {
+            tenant: Some(f),
+            tiers: tiers(),
+            ..AdmissionWorld::default()
+        };
+        assert!(!validate_job(&tiered("high"), &world).allowed);
+        let mut cpu_only = tiered("high");
+        cpu_only.spec.gpus = 0;
+        assert!(
+            !validate_job(&cpu_only, &world).allowed,
+            "tiers order CPU jobs too"
+        );
+    }
+
+    #[test]
+    fn confidential_data_never_gets_a_shared_gpu() {
+        let mut t = tenant();
+        let half = job(json!({"gpus": 1, "gpuFraction": 0.5}));
+        assert_eq!(check_shared_gpu(&half, &t), None);
+        t.classification = Some(DataClassification::Internal);
+        assert_eq!(check_shared_gpu(&half, &t), None);
+        t.classification = Some(DataClassification::Confidential);
+        assert_eq!(
+            check_shared_gpu(&half, &t).unwrap(),
+            "spec.gpuFraction: tenant ml's data is confidential (spec.governance.dataClassification), and its jobs never share a GPU: ask for whole GPUs"
+        );
+        assert_eq!(check_shared_gpu(&job(json!({"gpus": 1})), &t), None);
+    }
+
+    #[test]
+    fn a_prepaid_balance_is_counted_down_by_all_spend_and_refuses_once_spent() {
+        let mut t: GryviaTenant = serde_json::from_value(json!({
+            "metadata": {"name": "ml"},
+            "spec": {"displayName": "ml", "billing": {"paymentMethod": "prepaid", "prepaidBalance": "100"}}
+        }))
+        .unwrap();
+        let f = TenantFacts::of("ml", &t);
+        assert_eq!(f.prepaid_micros, Some(100_000_000));
+        assert!(f.has_spend_quota());
+        // This month's spend is 0; 90 USD were spent in earlier months.
+        let mut s = spend(0, 0, Some((3600, "activeDeadlineSeconds")));
+        s.total_usd_micros = 90_000_000;
+        assert_eq!(check_spend(2, &f, Some(&s)), None, "8 USD of 10 left");
+        assert_eq!(
+            check_spend(4, &f, Some(&s)).unwrap(),
+            "tenant ml's prepaid balance (spec.billing.prepaidBalance) is 100 USD: 90 USD spent, 10 USD left, and this job's estimate of 16 USD (4 GPUs for 3600 s, activeDeadlineSeconds, at 4 USD a GPU-hour) would overspend it"
+        );
+        s.total_usd_micros = 100_500_000;
+        s.runtime = None;
+        assert_eq!(
+            check_spend(1, &f, Some(&s)).unwrap(),
+            "tenant ml's prepaid balance (spec.billing.prepaidBalance) is 100 USD: 100.5 USD spent, 0 USD left, and new GPU jobs are refused until it is topped up"
+        );
+        // Paid by invoice, the balance means nothing.
+        t.spec.billing.as_mut().unwrap().payment_method = Some(PaymentMethod::Invoice);
+        assert_eq!(TenantFacts::of("ml", &t).prepaid_micros, None);
+    }
+
+    #[test]
+    fn the_mutating_webhook_stamps_the_classification_and_the_default_tier() {
+        let t = TenantFacts {
+            default_tier: Some("normal".into()),
+            classification: Some(DataClassification::Restricted),
+            ..tenant()
+        };
+        let ops = mutate_job(&job(json!({})), Some(&t));
+        assert!(ops.contains(&json!({"op": "add", "path": "/metadata/labels", "value": {"gryvia.io/data-classification": "restricted"}})), "{ops:?}");
+        assert!(ops.contains(&json!({"op": "add", "path": "/metadata/annotations", "value": {"gryvia.io/priority-class": "normal"}})), "{ops:?}");
+        // A job's own tier stays; its own classification label is replaced.
+        let mut j = tiered("low");
+        j.metadata.labels = Some(BTreeMap::from([(
+            labels::DATA_CLASSIFICATION.to_owned(),
+            "public".to_owned(),
+        )]));
+        let meta = |ops: Vec<Value>| -> Vec<Value> {
+            ops.into_iter()
+                .filter(|o| o["path"].as_str().unwrap().starts_with("/metadata"))
+                .collect()
+        };
+        assert_eq!(
+            meta(mutate_job(&j, Some(&t))),
+            vec![
+                json!({"op": "add", "path": "/metadata/labels/gryvia.io~1data-classification", "value": "restricted"})
+            ]
+        );
+        assert!(meta(mutate_job(&job(json!({})), None)).is_empty());
     }
 }

@@ -653,13 +653,13 @@ fn job_labels(job: &GryviaAIJob) -> BTreeMap<String, String> {
             job.metadata.name.clone().unwrap_or_default(),
         ),
     ]);
-    if let Some(t) = job
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::TEMPLATE))
-    {
-        out.insert(labels::TEMPLATE.to_owned(), t.clone());
+    for key in [labels::TEMPLATE, labels::DATA_CLASSIFICATION] {
+        if let Some(v) = job.metadata.labels.as_ref().and_then(|l| l.get(key)) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    if let Some(t) = job.spec.type_ {
+        out.insert(labels::JOB_TYPE.to_owned(), t.as_str().to_owned());
     }
     out
 }

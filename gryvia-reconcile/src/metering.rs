@@ -20,6 +20,7 @@
 //! What it is: an estimate. A job is metered for all its GPUs from its start to its end,
 //! retries and pods waiting for a node included.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -119,6 +120,28 @@ pub fn record_name(job: &str, uid: &str) -> String {
     format!("{job}-{short}")
 }
 
+/// The labels of `job`'s usage record: its tenant and name, and, when the job has them, its
+/// data classification and `spec.type` (so usage can be grouped by either).
+fn record_labels(job: &GryviaAIJob, tenant: &str, name: &str) -> BTreeMap<String, String> {
+    use gryvia_types::labels;
+    let mut out = BTreeMap::from([
+        (labels::TENANT.to_owned(), tenant.to_owned()),
+        (labels::JOB_NAME.to_owned(), name.to_owned()),
+    ]);
+    if let Some(c) = job
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::DATA_CLASSIFICATION))
+    {
+        out.insert(labels::DATA_CLASSIFICATION.to_owned(), c.clone());
+    }
+    if let Some(t) = job.spec.type_ {
+        out.insert(labels::JOB_TYPE.to_owned(), t.as_str().to_owned());
+    }
+    out
+}
+
 /// The record of `job` with its interval ending at `end` (open when `None`), or `None` for a
 /// job that has not started or uses no GPU.
 pub fn usage_record(
@@ -148,13 +171,7 @@ pub fn usage_record(
     Some(GryviaUsageRecord {
         metadata: ObjectMeta {
             name: Some(record_name(&name, &uid)),
-            labels: Some(
-                [
-                    (gryvia_types::labels::TENANT.to_owned(), tenant.clone()),
-                    (gryvia_types::labels::JOB_NAME.to_owned(), name.clone()),
-                ]
-                .into(),
-            ),
+            labels: Some(record_labels(job, &tenant, &name)),
             ..ObjectMeta::default()
         },
         spec: GryviaUsageRecordSpec {

@@ -2,7 +2,9 @@
 //!
 //! A tenant gets the namespace `tenant-<name>` (labelled, never owned: the deletion policy
 //! decides its fate), a ResourceQuota (`requests.nvidia.com/gpu` and per-StorageClass storage),
-//! a LimitRange with defaults, a NetworkPolicy when `networkPolicy.isolated`, and, opt-in,
+//! a LimitRange with defaults, a NetworkPolicy when `networkPolicy.isolated` or its data is
+//! confidential or restricted (`governance`, whose classification and compliance regimes also
+//! label the namespace), and, opt-in,
 //! RoleBindings for its members. Beyond the features guide, `parentTenant` is enforced: GPU
 //! limits are allocated down the tree, so the GPUs of a family never exceed the root's limit.
 
@@ -12,7 +14,8 @@ use std::time::Duration;
 use gryvia_types::conditions::{self, Status};
 use gryvia_types::labels;
 use gryvia_types::{
-    DeletionPolicy, GryviaQuota, GryviaQuotaStatus, GryviaTenant, GryviaTenantStatus, MemberRole,
+    DataClassification, DeletionPolicy, GryviaQuota, GryviaQuotaStatus, GryviaTenant,
+    GryviaTenantStatus, MemberRole,
 };
 use k8s_openapi::api::core::v1::{
     LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node, ResourceQuota, ResourceQuotaSpec,
@@ -386,6 +389,31 @@ pub fn tenant_namespace(tenant: &str, retained: bool) -> Namespace {
     }
 }
 
+/// Prefix of the namespace labels naming a tenant's compliance regimes.
+pub const COMPLIANCE_LABEL_PREFIX: &str = "compliance.gryvia.io/";
+
+/// The live tenant's namespace: [`tenant_namespace`] with its governance as labels (the data
+/// classification, and `compliance.gryvia.io/<regime>: "true"` per compliance requirement).
+pub fn governed_namespace(tenant: &GryviaTenant) -> Namespace {
+    let name = tenant.metadata.name.as_deref().unwrap_or_default();
+    let mut ns = tenant_namespace(name, false);
+    if let (Some(g), Some(l)) = (&tenant.spec.governance, ns.metadata.labels.as_mut()) {
+        if let Some(c) = g.data_classification {
+            l.insert(
+                labels::DATA_CLASSIFICATION.to_owned(),
+                c.as_str().to_owned(),
+            );
+        }
+        for regime in &g.compliance_requirements {
+            l.insert(
+                format!("{COMPLIANCE_LABEL_PREFIX}{regime}"),
+                "true".to_owned(),
+            );
+        }
+    }
+    ns
+}
+
 /// The tenant's ResourceQuota: the GPUs its own namespace may use (`own`) and storage per
 /// StorageClass; `None` when there is nothing to limit.
 pub fn tenant_quota(tenant: &GryviaTenant, own: Option<i32>) -> Option<ResourceQuota> {
@@ -455,16 +483,24 @@ fn tenant_selector(operator: &str, values: Option<Vec<String>>) -> NetworkPolicy
 }
 
 /// The NetworkPolicy of an isolated tenant: ingress only from itself, the tenants it allows
-/// and platform namespaces (those of no tenant); `None` when it is not isolated.
+/// and platform namespaces (those of no tenant); `None` when it is not isolated. A
+/// confidential or restricted tenant (`governance.dataClassification`) is always isolated, and
+/// a restricted one admits no other tenant whatever `networkPolicy.allowedTenants` says.
 pub fn tenant_network_policy(tenant: &GryviaTenant) -> Option<NetworkPolicy> {
-    let np = tenant
+    let class = tenant
         .spec
-        .network_policy
+        .governance
         .as_ref()
-        .filter(|np| np.isolated)?;
+        .and_then(|g| g.data_classification);
+    let np = tenant.spec.network_policy.clone().unwrap_or_default();
+    if !np.isolated && !class.is_some_and(DataClassification::isolating) {
+        return None;
+    }
     let name = tenant.metadata.name.as_deref().unwrap_or_default();
     let mut allowed: Vec<String> = vec![name.to_owned()];
-    allowed.extend(np.allowed_tenants.iter().cloned());
+    if class != Some(DataClassification::Restricted) {
+        allowed.extend(np.allowed_tenants.iter().cloned());
+    }
     allowed.sort_unstable();
     allowed.dedup();
     Some(NetworkPolicy {
@@ -559,7 +595,7 @@ impl TenantReconciler {
     ) {
         let name = tenant.metadata.name.as_deref().unwrap_or_default();
         let ns = namespace_of(name);
-        plan.apply_built(Child::from_resource(&tenant_namespace(name, false)).map(Child::unowned));
+        plan.apply_built(Child::from_resource(&governed_namespace(tenant)).map(Child::unowned));
         apply_or_delete(
             plan,
             tenant_quota(tenant, own),
@@ -1162,6 +1198,51 @@ mod tests {
             np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
             serde_json::json!(["cv", "ml"])
         );
+    }
+
+    fn governed(t: &mut GryviaTenant, class: DataClassification, regimes: &[&str]) {
+        t.spec.governance = Some(gryvia_types::TenantGovernance {
+            data_classification: Some(class),
+            compliance_requirements: regimes.iter().map(|r| (*r).to_owned()).collect(),
+        });
+    }
+
+    fn allowed_in(np: &NetworkPolicy) -> serde_json::Value {
+        json(np)["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+            ["values"]
+            .clone()
+    }
+
+    #[test]
+    fn confidential_data_isolates_the_namespace_and_restricted_data_admits_no_other_tenant() {
+        let mut t = tenant("ml", 1);
+        t.spec.network_policy = Some(TenantNetworkPolicy {
+            isolated: false,
+            allowed_tenants: vec!["cv".into()],
+        });
+        governed(&mut t, DataClassification::Internal, &[]);
+        assert!(
+            tenant_network_policy(&t).is_none(),
+            "internal data: as asked"
+        );
+        governed(&mut t, DataClassification::Confidential, &[]);
+        let np = tenant_network_policy(&t).expect("confidential data is always isolated");
+        assert_eq!(allowed_in(&np), serde_json::json!(["cv", "ml"]));
+        governed(&mut t, DataClassification::Restricted, &[]);
+        let np = tenant_network_policy(&t).expect("restricted data is always isolated");
+        assert_eq!(allowed_in(&np), serde_json::json!(["ml"]));
+    }
+
+    #[test]
+    fn the_namespace_carries_the_classification_and_one_label_per_compliance_regime() {
+        let mut t = tenant("ml", 1);
+        assert_eq!(governed_namespace(&t), tenant_namespace("ml", false));
+        governed(&mut t, DataClassification::Confidential, &["SOC2", "HIPAA"]);
+        let l = governed_namespace(&t).metadata.labels.unwrap();
+        assert_eq!(l[labels::DATA_CLASSIFICATION], "confidential");
+        assert_eq!(l["compliance.gryvia.io/SOC2"], "true");
+        assert_eq!(l["compliance.gryvia.io/HIPAA"], "true");
+        assert_eq!(l[labels::TENANT], "ml");
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn world() -> AdmissionWorld {
         }),
         template: None,
         reservation: None,
+        tiers: BTreeMap::new(),
         blocked_budgets: Vec::new(),
         spend: None,
     }
@@ -199,7 +200,7 @@ fn the_mutation_adds_the_reservations_toleration_and_node_selector_which_then_va
         "gryvia.io/reservation",
         "r1",
     );
-    let ops = mutate_job(&j);
+    let ops = mutate_job(&j, None);
     let mut doc = serde_json::to_value(&j).unwrap();
     let patch: json_patch_apply::Patch = ops.clone();
     json_patch_apply::apply(&mut doc, &patch);
@@ -215,7 +216,7 @@ fn the_mutation_adds_the_reservations_toleration_and_node_selector_which_then_va
     });
     assert!(validate_job(&mutated, &w).allowed);
     // Mutating the mutated job adds nothing more.
-    let again: Vec<Value> = mutate_job(&mutated)
+    let again: Vec<Value> = mutate_job(&mutated, None)
         .into_iter()
         .filter(|op| op["path"] != "/spec/env")
         .collect();
@@ -237,7 +238,7 @@ fn pytorch_jobs_get_torchrun_and_nccl_environment_without_overriding_the_users()
     assert_eq!(get("PET_NODE_RANK"), Some(json!("$(RANK)")));
     assert_eq!(get("NCCL_SOCKET_IFNAME"), Some(json!("^lo,docker0")));
     assert_eq!(get("NCCL_DEBUG"), None, "the job's own NCCL_DEBUG stays");
-    let ops = mutate_job(&j);
+    let ops = mutate_job(&j, None);
     let all = ops[0]["value"].as_array().unwrap();
     assert_eq!(all[0], json!({"name": "NCCL_DEBUG", "value": "INFO"}));
 }

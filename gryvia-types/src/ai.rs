@@ -82,7 +82,8 @@ pub struct GryviaAIJobSpec {
     /// Training framework; selects the distributed-training environment that is injected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<Framework>,
-    /// What the job does.
+    /// What the job does: its pods and usage records are labelled `gryvia.io/job-type`, so
+    /// usage, invoices and dashboards can be grouped by it. Nothing else depends on it.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<JobType>,
     /// Priority from 0 (lowest) to 100 (highest); orders the native queue and Kueue workloads.
@@ -201,6 +202,18 @@ pub enum JobType {
     Evaluation,
     /// Offline batch inference.
     BatchInference,
+}
+
+impl JobType {
+    /// The name as the schema writes it (the value of the `gryvia.io/job-type` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Training => "training",
+            JobType::FineTuning => "fine-tuning",
+            JobType::Evaluation => "evaluation",
+            JobType::BatchInference => "batch-inference",
+        }
+    }
 }
 
 /// A volume of a job: exactly one source.

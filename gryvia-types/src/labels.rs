@@ -73,6 +73,13 @@ pub const PREEMPTION_NOTICE: &str = "gryvia.io/preemption-notice";
 /// hash of what the pod template takes from it (`<time>/<hash>`), so a Job made for an earlier
 /// admission (or none) is replaced, not patched.
 pub const ADMITTED_AT: &str = "gryvia.io/admitted-at";
+/// Label on a tenant's jobs, their pods and usage records with the tenant's
+/// `governance.dataClassification` (set by the mutating webhook from the tenant, never by the
+/// job).
+pub const DATA_CLASSIFICATION: &str = "gryvia.io/data-classification";
+/// Label on a job's pods and usage records with its `spec.type` (`training`, `fine-tuning`,
+/// `evaluation`, `batch-inference`).
+pub const JOB_TYPE: &str = "gryvia.io/job-type";
 /// Label on a tuner trial's GryviaAIJob with the trial's index in its study.
 pub const TRIAL_INDEX: &str = "gryvia.io/trial-index";
 /// Annotation on a tuner trial's GryviaAIJob with its parameter values (a JSON object), so a

@@ -67,7 +67,8 @@ pub struct GryviaTenantSpec {
     /// Billing details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub billing: Option<TenantBilling>,
-    /// Governance labels.
+    /// Governance: the data classification isolates the namespace and forbids shared GPUs
+    /// (confidential, restricted) and is stamped on the tenant's pods and usage records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub governance: Option<TenantGovernance>,
     /// Parent tenant: this tenant's quotas are capped by what the parent has left.
@@ -160,14 +161,19 @@ pub struct CostQuota {
     pub monthly: Option<i64>,
 }
 
-/// Priority settings of a tenant.
+/// Priority settings of a tenant (acted on by the ai-operator's admission webhooks).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantPriorities {
-    /// Priority tier (GryviaPriority name or `low` / `normal` / `high`) of jobs without one.
+    /// GryviaPriority the tenant's jobs get when they name none: the mutating webhook sets
+    /// their `gryvia.io/priority-class` annotation to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
     pub default: Option<String>,
-    /// May the tenant's jobs use high-priority tiers.
+    /// May the tenant's jobs use high-priority tiers: GryviaPriorities whose value is above
+    /// the value of `default` (or above 0 without a default, the value of pods without a
+    /// PriorityClass). When false, the validating webhook refuses such jobs, and jobs naming a
+    /// tier that does not exist.
     #[serde(default)]
     pub allow_high_priority: bool,
 }
@@ -182,7 +188,10 @@ pub struct TenantBilling {
     /// How the tenant pays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_method: Option<PaymentMethod>,
-    /// Credit left, in US dollars (for `prepaid`).
+    /// Credit bought in total, in US dollars (for `prepaid`; raise it to top up). Every usage
+    /// record of the tenant, priced at the catalogue, counts it down; with the ai-operator's
+    /// `--admission-gate`, new GPU jobs are refused once it is spent or when a job's estimate
+    /// would overspend it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepaid_balance: Option<Decimal>,
 }
@@ -206,13 +215,23 @@ pub struct TenantGovernance {
     /// Most sensitive data the tenant handles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_classification: Option<DataClassification>,
-    /// Compliance regimes the tenant is under (for example SOC2, HIPAA).
+    /// Compliance regimes the tenant is under (for example SOC2, HIPAA): recorded, and shown
+    /// on the tenant's namespace as labels `compliance.gryvia.io/<regime>: "true"` so
+    /// cluster policy (admission policies, audit filters) can select them; Gryvia enforces
+    /// nothing per regime.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(inner(regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")))]
     pub compliance_requirements: Vec<String>,
 }
 
-/// Data classification.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+/// Data classification. `confidential` and `restricted` tenants are always network-isolated
+/// (restricted ones admit no other tenant, whatever `networkPolicy.allowedTenants` says) and
+/// never get a shared GPU (`gpuFraction` is refused at admission); every classification is
+/// stamped on the tenant's jobs, pods and usage records (`gryvia.io/data-classification`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DataClassification {
     /// Public.
@@ -223,6 +242,23 @@ pub enum DataClassification {
     Confidential,
     /// Restricted.
     Restricted,
+}
+
+impl DataClassification {
+    /// The name as the schema writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataClassification::Public => "public",
+            DataClassification::Internal => "internal",
+            DataClassification::Confidential => "confidential",
+            DataClassification::Restricted => "restricted",
+        }
+    }
+
+    /// Whether the tenant's namespace is always isolated and its GPUs never shared.
+    pub fn isolating(self) -> bool {
+        self >= DataClassification::Confidential
+    }
 }
 
 /// Network isolation of a tenant.

@@ -1644,6 +1644,242 @@ async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() 
         .await;
 }
 
+/// Creates `body` (a cluster-scoped object) and returns a guard deleting it at the end.
+async fn cluster_object<K>(client: &kube::Client, body: Value) -> ClusterCleanup
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let made: K = create_cluster_object(client, body).await;
+    let name = made.name_any();
+    ClusterCleanup(Some(Box::new(move || {
+        gryvia_testsupport::on_drop(move |c| async move {
+            let _ = Api::<K>::all(c)
+                .delete(&name, &DeleteParams::default())
+                .await;
+        });
+    })))
+}
+
+/// Deletes a cluster-scoped object when dropped.
+struct ClusterCleanup(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for ClusterCleanup {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_tenants_default_tier_classification_and_prepaid_balance_act_at_admission() {
+    use gryvia_types::{GryviaGpuSku, GryviaTenant, GryviaUsageRecord};
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let u = unique("e2e-tier");
+    let (normal, high, sku, tenant) = (
+        format!("{u}-normal"),
+        format!("{u}-high"),
+        format!("{u}-h100"),
+        u.clone(),
+    );
+    let mut guards = Vec::new();
+    for (tier, value) in [(&normal, 1000), (&high, 100_000)] {
+        guards.push(
+            cluster_object::<GryviaPriority>(&client, json!({
+                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority", "metadata": {"name": tier},
+                "spec": {"value": value}}))
+            .await,
+        );
+    }
+    guards.push(
+        cluster_object::<GryviaGpuSku>(
+            &client,
+            json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku", "metadata": {"name": sku},
+            "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4"}}),
+        )
+        .await,
+    );
+    guards.push(
+        cluster_object::<GryviaTenant>(&client, json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+            "spec": {"displayName": "tiers", "priorities": {"default": normal, "allowHighPriority": false},
+                     "governance": {"dataClassification": "confidential"},
+                     "billing": {"paymentMethod": "prepaid", "prepaidBalance": "10"}}}))
+        .await,
+    );
+    // Spent before: 1 GPU for an hour, two hours ago, at 4 USD (4 of the 10 USD).
+    let record = |name: &str, gpus: i32| {
+        let end = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaUsageRecord", "metadata": {"name": name},
+               "spec": {"tenant": tenant, "namespace": "elsewhere", "workload": {"kind": "GryviaAIJob", "name": "old"},
+                        "sku": sku, "gpuCount": gpus,
+                        "startTime": (end - jiff::SignedDuration::from_hours(1)).to_string(),
+                        "endTime": end.to_string()}})
+    };
+    guards.push(cluster_object::<GryviaUsageRecord>(&client, record(&format!("{u}-a"), 1)).await);
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-tiers",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--admission-gate"],
+    )
+    .await
+    else {
+        return;
+    };
+    let jobs = s.jobs();
+    let ns = s.ns.name.clone();
+    let attempt = |name: &'static str, spec: Value, annotations: Value| {
+        let jobs = jobs.clone();
+        let ns = ns.clone();
+        async move {
+            let job: GryviaAIJob = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns, "annotations": annotations}, "spec": spec
+            }))
+            .unwrap();
+            jobs.create(&PostParams::default(), &job).await
+        }
+    };
+    let refused = |r: Result<GryviaAIJob, kube::Error>| match r {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("admitted, or not by the webhook: {other:?}"),
+    };
+    let h100 = json!({"image": "img", "gpus": 1, "gpuType": "NVIDIA-H100-80GB-HBM3",
+                      "activeDeadlineSeconds": 1800, "type": "fine-tuning"});
+
+    // A tier above the default is refused (retried until the API server calls the webhook).
+    let message = wait_for(
+        "the webhook to refuse a high tier",
+        Duration::from_secs(90),
+        || async {
+            match attempt(
+                "urgent",
+                h100.clone(),
+                json!({"gryvia.io/priority-class": high}),
+            )
+            .await
+            {
+                Err(kube::Error::Api(e)) => Some(e.message),
+                Err(_) => None,
+                Ok(_) => {
+                    let _ = jobs.delete("urgent", &DeleteParams::default()).await;
+                    None
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        message.contains(&format!(
+            "metadata.annotations[gryvia.io/priority-class]: tier {high} (value 100000) is above its default tier {normal} (value 1000), and tenant {tenant} may not use high-priority tiers"
+        )),
+        "{message}"
+    );
+
+    // A job naming no tier gets the default and the classification, and runs with both.
+    let made = attempt("plain", h100.clone(), json!({})).await.unwrap();
+    assert_eq!(
+        made.annotations().get("gryvia.io/priority-class"),
+        Some(&normal)
+    );
+    assert_eq!(
+        made.labels()
+            .get("gryvia.io/data-classification")
+            .map(String::as_str),
+        Some("confidential")
+    );
+    s.wait_phase("plain", JobPhase::Succeeded, Duration::from_secs(120))
+        .await;
+    let pods = s.pods("plain").await;
+    let pod_labels = pods[0].labels();
+    assert_eq!(pod_labels["gryvia.io/data-classification"], "confidential");
+    assert_eq!(pod_labels["gryvia.io/job-type"], "fine-tuning");
+    let spec = pods[0].spec.as_ref().unwrap();
+    assert_eq!(spec.priority_class_name.as_deref(), Some(normal.as_str()));
+    assert_eq!(spec.priority, Some(1000));
+
+    // Confidential data never shares a GPU.
+    let message = refused(
+        attempt(
+            "half",
+            json!({"image": "img", "gpus": 1, "gpuFraction": 0.5}),
+            json!({}),
+        )
+        .await,
+    );
+    assert!(
+        message.contains(&format!("spec.gpuFraction: tenant {tenant}'s data is confidential (spec.governance.dataClassification), and its jobs never share a GPU")),
+        "{message}"
+    );
+
+    // The prepaid balance: 6 USD left, a job estimated at 8 USD (2 h) would overspend it.
+    let mut long = h100.clone();
+    long["activeDeadlineSeconds"] = 7200.into();
+    let message = refused(attempt("long", long, json!({})).await);
+    assert!(
+        message.contains(&format!("tenant {tenant}'s prepaid balance (spec.billing.prepaidBalance) is 10 USD: 4 USD spent, 6 USD left, and this job's estimate of")),
+        "{message}"
+    );
+    assert!(message.contains("would overspend it"), "{message}");
+    // Spent: 8 USD more; no GPU job passes, whatever its estimate.
+    guards.push(cluster_object::<GryviaUsageRecord>(&client, record(&format!("{u}-b"), 2)).await);
+    let message = wait_for(
+        "the gate to see the spend",
+        Duration::from_secs(60),
+        || async {
+            match attempt("after", json!({"image": "img", "gpus": 1}), json!({})).await {
+                Err(kube::Error::Api(e)) if e.message.contains("prepaid") => Some(e.message),
+                Err(_) => None,
+                Ok(_) => {
+                    panic!("a GPU job of a tenant with 2 USD left and no estimate was admitted")
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        message.contains("is 10 USD: 12 USD spent, 0 USD left, and new GPU jobs are refused until it is topped up"),
+        "{message}"
+    );
+    // Topped up: admitted again.
+    Api::<GryviaTenant>::all(client.clone())
+        .patch(
+            &tenant,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"billing": {"prepaidBalance": "100"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "a topped-up tenant to be admitted",
+        Duration::from_secs(60),
+        || async {
+            attempt("after", json!({"image": "img", "gpus": 1}), json!({}))
+                .await
+                .ok()
+        },
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_workflow_step_refused_by_the_admission_webhook_is_named_in_its_ready_condition() {
     use gryvia_types::GryviaWorkflow;

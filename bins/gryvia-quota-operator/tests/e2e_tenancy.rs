@@ -255,6 +255,91 @@ async fn a_tenant_gets_namespace_quota_limits_and_isolation_and_the_quota_is_enf
 }
 
 #[tokio::test]
+async fn a_restricted_tenant_is_isolated_from_every_other_tenant_and_its_namespace_names_its_regimes()
+ {
+    let Some(setup) = Setup::with_operator().await else {
+        return;
+    };
+    let client = setup.client.clone();
+    let name = unique("vault");
+    let ns = format!("tenant-{name}");
+    // No networkPolicy.isolated: the classification alone isolates.
+    create_tenant(&client, json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": name},
+        "spec": {"displayName": "Vault", "networkPolicy": {"allowedTenants": ["friends"]},
+                 "governance": {"dataClassification": "confidential", "complianceRequirements": ["SOC2", "HIPAA"]}}
+    }))
+    .await;
+    wait_ready(&client, &name).await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let labels = namespaces.get(&ns).await.unwrap().metadata.labels.unwrap();
+    assert_eq!(labels["gryvia.io/data-classification"], "confidential");
+    assert_eq!(labels["compliance.gryvia.io/SOC2"], "true");
+    assert_eq!(labels["compliance.gryvia.io/HIPAA"], "true");
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    let allowed = |np: NetworkPolicy| -> Vec<String> {
+        np.spec.unwrap().ingress.unwrap()[0].from.clone().unwrap()[0]
+            .namespace_selector
+            .clone()
+            .unwrap()
+            .match_expressions
+            .unwrap()[0]
+            .values
+            .clone()
+            .unwrap()
+    };
+    let np = policies.get("gryvia-tenant-isolation").await.unwrap();
+    assert_eq!(allowed(np), vec!["friends".to_owned(), name.clone()]);
+
+    // Restricted: nobody else, whatever allowedTenants says; HIPAA is no longer a regime.
+    Api::<GryviaTenant>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"governance": {"dataClassification": "restricted", "complianceRequirements": ["SOC2"]}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "only the tenant itself let in",
+        Duration::from_secs(60),
+        || async {
+            let np = policies.get("gryvia-tenant-isolation").await.ok()?;
+            (allowed(np) == vec![name.clone()]).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let labels = namespaces.get(&ns).await.unwrap().metadata.labels.unwrap();
+    assert_eq!(labels["gryvia.io/data-classification"], "restricted");
+    assert!(
+        !labels.contains_key("compliance.gryvia.io/HIPAA"),
+        "{labels:?}"
+    );
+
+    // Public data, not isolated: the policy goes.
+    Api::<GryviaTenant>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"governance": {"dataClassification": "public"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the isolation to go", Duration::from_secs(60), || async {
+        policies
+            .get_opt("gryvia-tenant-isolation")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    delete_tenant_and_namespace(&client, &name).await;
+}
+
+#[tokio::test]
 async fn deleting_a_tenant_that_holds_workloads_keeps_its_namespace() {
     let Some(setup) = Setup::with_operator().await else {
         return;
@@ -577,9 +662,10 @@ async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
     let hour_ago = now - jiff::SignedDuration::from_hours(1);
     let mut uids = Vec::new();
     for name in ["done", "dropped"] {
+        // The mutating webhook would set the classification from the tenant; none runs here.
         let job: GryviaAIJob = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": ns.name},
-            "spec": {"image": "registry.local/train:1", "gpus": 2, "replicas": 2, "gpuType": product}
+            "metadata": {"name": name, "namespace": ns.name, "labels": {"gryvia.io/data-classification": "internal"}},
+            "spec": {"image": "registry.local/train:1", "gpus": 2, "replicas": 2, "gpuType": product, "type": "evaluation"}
         }))
         .unwrap();
         let job = jobs.create(&PostParams::default(), &job).await.unwrap();
@@ -610,6 +696,9 @@ async fn gpu_jobs_are_metered_into_priced_usage_records_that_outlive_them() {
     .unwrap();
     assert_eq!(open.spec.tenant, "metered");
     assert_eq!(open.spec.namespace, ns.name);
+    let record_labels = open.metadata.labels.clone().unwrap();
+    assert_eq!(record_labels["gryvia.io/job-type"], "evaluation");
+    assert_eq!(record_labels["gryvia.io/data-classification"], "internal");
     assert_eq!(open.spec.sku, sku_name);
     assert_eq!(open.spec.gpu_count, 4);
     assert_eq!(open.spec.workload.uid.as_deref(), Some(uids[0].as_str()));

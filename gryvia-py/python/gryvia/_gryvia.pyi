@@ -86,8 +86,10 @@ def admit_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> Dict[str, 
     """The validating admission webhook's decision: ``{"allowed", "message", "warnings"}``.
     ``world`` keys: ``tenant``, ``skus``, ``gpuQuota``, ``template``, ``reservation``."""
 
-def mutate_job(job: Any) -> List[Dict[str, Any]]:
-    """The mutating admission webhook's JSON Patch for a new job."""
+def mutate_job(job: Any, tenant: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+    """The mutating admission webhook's JSON Patch for a new job; ``tenant`` (``TenantFacts``
+    keys: ``name``, ``defaultTier``, ``classification``) adds its default tier and data
+    classification."""
 
 def schedule(world: Mapping[str, Any], now: Optional[str] = None) -> Dict[str, Any]:
     """One admission cycle of the native queue scheduler: ``world`` has ``queues`` (``name``,
