@@ -75,6 +75,7 @@ fn bench(c: &mut Criterion) {
             ("a100".into(), "NVIDIA-A100-SXM4-80GB".into()),
         ]),
         tiers: BTreeMap::new(),
+        requester: None,
         gpu_quota: Some(GpuQuota {
             name: "q".into(),
             hard: 2048,

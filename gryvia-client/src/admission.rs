@@ -189,6 +189,7 @@ impl Caches {
             template,
             reservation,
             tiers,
+            requester: None,
             blocked_budgets: Vec::new(),
             spend: None,
         })
@@ -241,7 +242,7 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
         }
         r
     };
-    let job: GryviaAIJob = match serde_json::from_value(request["object"].clone()) {
+    let mut job: GryviaAIJob = match serde_json::from_value(request["object"].clone()) {
         Ok(j) => j,
         Err(e) => {
             return respond(decision_json(Decision::deny(format!(
@@ -254,6 +255,7 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
         .map(str::to_owned)
         .or_else(|| job.namespace())
         .unwrap_or_default();
+    job.metadata.namespace = Some(namespace.clone());
     match hook {
         Hook::Mutate => {
             let mut warnings = Vec::new();
@@ -284,6 +286,7 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
         Hook::Validate => {
             let decision = match state.caches.facts(&job, &namespace) {
                 Ok(mut world) => {
+                    world.requester = request["userInfo"]["username"].as_str().map(str::to_owned);
                     if state.admission_gate {
                         let tenant = world.tenant.as_ref().map(|t| t.name.clone());
                         world.blocked_budgets =

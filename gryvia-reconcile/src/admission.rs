@@ -367,24 +367,37 @@ impl TemplateState {
 }
 
 /// State of the reservation a job's annotation names.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationFacts {
     /// Whether it exists.
     pub exists: bool,
-    /// Its owner (a tenant name for owner types team and tenant).
+    /// Its owning tenant (owner types team and tenant).
     pub owner: Option<String>,
+    /// Its owning project: the namespace whose jobs may use it (owner type project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Its owning user: who must create the jobs that use it (owner type user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl ReservationFacts {
-    /// The facts of a reservation (`None`: it does not exist); its owner is a tenant for
-    /// owner types team and tenant.
+    /// The facts of a reservation (`None`: it does not exist): its owner as a tenant (owner
+    /// types team and tenant), a namespace (project) or a user.
     pub fn of(reservation: Option<&GryviaReservation>) -> Self {
+        let owner = reservation.map(|r| (r.spec.owner.type_, r.spec.owner.name.clone()));
+        let of = |types: &[OwnerType]| {
+            owner
+                .clone()
+                .filter(|(t, _)| types.contains(t))
+                .map(|(_, n)| n)
+        };
         ReservationFacts {
             exists: reservation.is_some(),
-            owner: reservation
-                .filter(|r| matches!(r.spec.owner.type_, OwnerType::Team | OwnerType::Tenant))
-                .map(|r| r.spec.owner.name.clone()),
+            owner: of(&[OwnerType::Team, OwnerType::Tenant]),
+            project: of(&[OwnerType::Project]),
+            user: of(&[OwnerType::User]),
         }
     }
 }
@@ -406,6 +419,9 @@ pub struct AdmissionWorld {
     /// Every GryviaPriority's value, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tiers: BTreeMap<String, i32>,
+    /// Who creates the job (the admission request's `userInfo.username`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester: Option<String>,
     /// Budgets in state `blocked` whose scope covers the job (filled only with the admission
     /// gate on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -630,12 +646,15 @@ fn check_template(job: &GryviaAIJob, template: Option<&TemplateState>) -> Option
     }
 }
 
-/// The reservation the job's annotation names does not exist or belongs to another tenant.
+/// The reservation the job's annotation names does not exist or belongs to another tenant,
+/// project (namespace) or user.
 fn check_reservation(job: &GryviaAIJob, world: &AdmissionWorld) -> Option<String> {
     let r = annotation(job, labels::RESERVATION)?;
     let Some(ReservationFacts {
         exists: true,
         owner,
+        project,
+        user,
     }) = &world.reservation
     else {
         return Some(format!(
@@ -643,6 +662,22 @@ fn check_reservation(job: &GryviaAIJob, world: &AdmissionWorld) -> Option<String
             labels::RESERVATION
         ));
     };
+    let field = format!("metadata.annotations[{}]", labels::RESERVATION);
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(p) = project.as_ref().filter(|p| p.as_str() != namespace) {
+        return Some(format!(
+            "{field}: reservation {r} belongs to project {p} (jobs of namespace {p}), and this job is in namespace {namespace}"
+        ));
+    }
+    if let Some(u) = user
+        .as_ref()
+        .filter(|u| world.requester.as_deref() != Some(u.as_str()))
+    {
+        return Some(format!(
+            "{field}: reservation {r} belongs to user {u}, and this job is created by {}",
+            world.requester.as_deref().unwrap_or("an unknown user")
+        ));
+    }
     let tenant = world.tenant.as_ref().map(|t| t.name.as_str());
     let o = owner.as_ref().filter(|o| tenant != Some(o.as_str()))?;
     Some(format!(
@@ -1090,6 +1125,7 @@ mod tests {
         world.reservation = Some(ReservationFacts {
             exists: true,
             owner: Some("ml".into()),
+            ..ReservationFacts::default()
         });
         assert!(
             check_reservation(&j, &world)
@@ -1168,14 +1204,44 @@ mod tests {
     }
 
     #[test]
-    fn a_reservation_belongs_to_a_tenant_for_team_and_tenant_owners() {
+    fn a_project_reservation_is_for_its_namespace_and_a_user_reservation_for_its_user() {
+        let j = annotated(job(json!({})), labels::RESERVATION, "r1");
+        let mut world = AdmissionWorld {
+            reservation: Some(ReservationFacts {
+                exists: true,
+                project: Some("vision".into()),
+                ..ReservationFacts::default()
+            }),
+            ..AdmissionWorld::default()
+        };
         assert_eq!(
-            ReservationFacts::of(None),
-            ReservationFacts {
-                exists: false,
-                owner: None
-            }
+            check_reservation(&j, &world).unwrap(),
+            "metadata.annotations[gryvia.io/reservation]: reservation r1 belongs to project vision (jobs of namespace vision), and this job is in namespace ns"
         );
+        world.reservation.as_mut().unwrap().project = Some("ns".into());
+        assert_eq!(check_reservation(&j, &world), None);
+        world.reservation = Some(ReservationFacts {
+            exists: true,
+            user: Some("alice".into()),
+            ..ReservationFacts::default()
+        });
+        assert_eq!(
+            check_reservation(&j, &world).unwrap(),
+            "metadata.annotations[gryvia.io/reservation]: reservation r1 belongs to user alice, and this job is created by an unknown user"
+        );
+        world.requester = Some("bob".into());
+        assert!(
+            check_reservation(&j, &world)
+                .unwrap()
+                .ends_with("is created by bob")
+        );
+        world.requester = Some("alice".into());
+        assert_eq!(check_reservation(&j, &world), None);
+    }
+
+    #[test]
+    fn a_reservation_belongs_to_a_tenant_for_team_and_tenant_owners() {
+        assert_eq!(ReservationFacts::of(None), ReservationFacts::default());
         let r: GryviaReservation = serde_json::from_value(json!({
             "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation",
             "metadata": {"name": "r"},
@@ -1185,6 +1251,12 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(ReservationFacts::of(Some(&r)).owner.as_deref(), Some("ml"));
+        let mut r = r;
+        r.spec.owner.type_ = OwnerType::Project;
+        let f = ReservationFacts::of(Some(&r));
+        assert_eq!((f.owner, f.project.as_deref()), (None, Some("ml")));
+        r.spec.owner.type_ = OwnerType::User;
+        assert_eq!(ReservationFacts::of(Some(&r)).user.as_deref(), Some("ml"));
     }
 
     #[test]

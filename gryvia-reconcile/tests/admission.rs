@@ -43,6 +43,7 @@ fn world() -> AdmissionWorld {
         template: None,
         reservation: None,
         tiers: BTreeMap::new(),
+        requester: None,
         blocked_budgets: Vec::new(),
         spend: None,
     }
@@ -158,6 +159,7 @@ fn a_reservation_must_exist_and_belong_to_the_jobs_tenant() {
     w.reservation = Some(ReservationFacts {
         exists: false,
         owner: None,
+        ..ReservationFacts::default()
     });
     assert!(
         validate_job(&j, &w)
@@ -168,6 +170,7 @@ fn a_reservation_must_exist_and_belong_to_the_jobs_tenant() {
     w.reservation = Some(ReservationFacts {
         exists: true,
         owner: Some("other-team".into()),
+        ..ReservationFacts::default()
     });
     assert!(
         validate_job(&j, &w)
@@ -178,6 +181,7 @@ fn a_reservation_must_exist_and_belong_to_the_jobs_tenant() {
     w.reservation = Some(ReservationFacts {
         exists: true,
         owner: Some("ml".into()),
+        ..ReservationFacts::default()
     });
     assert!(validate_job(&j, &w).allowed);
 }
@@ -213,6 +217,7 @@ fn the_mutation_adds_the_reservations_toleration_and_node_selector_which_then_va
     w.reservation = Some(ReservationFacts {
         exists: true,
         owner: Some("ml".into()),
+        ..ReservationFacts::default()
     });
     assert!(validate_job(&mutated, &w).allowed);
     // Mutating the mutated job adds nothing more.

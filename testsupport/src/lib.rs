@@ -227,6 +227,24 @@ pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
     kube::Client::try_from(config).context("build client")
 }
 
+/// A client of the test's control plane that acts as `user` (impersonated by the admin), for
+/// what depends on who makes a request. The user has only the rights the test grants it.
+///
+/// # Errors
+/// When there is no control plane or its kubeconfig cannot be used.
+pub async fn client_as(user: &str) -> Result<kube::Client> {
+    let Cluster::Ready { kubeconfig } = cluster() else {
+        bail!("no control plane");
+    };
+    let kc = Kubeconfig::read_from(&kubeconfig)
+        .with_context(|| format!("read kubeconfig {}", kubeconfig.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .context("load kubeconfig")?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    kube::Client::try_from(config).context("build client")
+}
+
 /// Returns a client for the test's control plane, or `None` after printing why the test is
 /// skipped. Use as `let Some(client) = gryvia_testsupport::client().await else { return };`.
 ///

@@ -1881,6 +1881,135 @@ async fn a_tenants_default_tier_classification_and_prepaid_balance_act_at_admiss
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_project_reservation_is_only_for_its_namespace_and_a_user_reservation_only_for_its_user()
+{
+    use gryvia_types::GryviaReservation;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let Some((s, _hooks)) = Setup::with_webhooks("aijob-owner", None, &[]).await else {
+        return;
+    };
+    let u = unique("e2e-own");
+    let alice = format!("{u}-alice");
+    let reservation = |name: String, owner_type: &str, owner: &str| {
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation", "metadata": {"name": name},
+               "spec": {"owner": {"type": owner_type, "name": owner},
+                        "resources": {"gpuType": "NVIDIA-H100-80GB-HBM3", "gpuCount": 8},
+                        "schedule": {"type": "immediate", "endTime": "2099-01-01T00:00:00Z"}}})
+    };
+    let (elsewhere, here, alices) = (
+        format!("{u}-elsewhere"),
+        format!("{u}-here"),
+        format!("{u}-alice"),
+    );
+    let _guards = vec![
+        cluster_object::<GryviaReservation>(
+            &client,
+            reservation(elsewhere.clone(), "project", "some-other-namespace"),
+        )
+        .await,
+        cluster_object::<GryviaReservation>(
+            &client,
+            reservation(here.clone(), "project", &s.ns.name),
+        )
+        .await,
+        cluster_object::<GryviaReservation>(&client, reservation(alices.clone(), "user", &alice))
+            .await,
+    ];
+    let submit_as = |client: kube::Client, name: &'static str, reservation: String| {
+        let ns = s.ns.name.clone();
+        async move {
+            let job: GryviaAIJob = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns, "annotations": {"gryvia.io/reservation": reservation}},
+                "spec": {"image": "img", "gpus": 0}
+            }))
+            .unwrap();
+            Api::<GryviaAIJob>::namespaced(client, &ns)
+                .create(&PostParams::default(), &job)
+                .await
+        }
+    };
+    // Another namespace's project reservation: refused (retried until the webhook is called).
+    let message = wait_for(
+        "the webhook to refuse another project's reservation",
+        Duration::from_secs(90),
+        || async {
+            match submit_as(s.client.clone(), "theirs", elsewhere.clone()).await {
+                Err(kube::Error::Api(e)) => Some(e.message),
+                Err(_) => None,
+                Ok(_) => {
+                    let _ = s.jobs().delete("theirs", &DeleteParams::default()).await;
+                    None
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        message.contains(&format!("metadata.annotations[gryvia.io/reservation]: reservation {elsewhere} belongs to project some-other-namespace (jobs of namespace some-other-namespace), and this job is in namespace {}", s.ns.name)),
+        "{message}"
+    );
+    // This namespace's project reservation: admitted.
+    submit_as(s.client.clone(), "ours", here.clone())
+        .await
+        .unwrap();
+
+    // Alice's reservation: refused to the admin, admitted to alice.
+    let message = match submit_as(s.client.clone(), "not-alice", alices.clone()).await {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("the admin used alice's reservation: {other:?}"),
+    };
+    assert!(
+        message.contains(&format!(
+            "reservation {alices} belongs to user {alice}, and this job is created by "
+        )),
+        "{message}"
+    );
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "submit"},
+        "rules": [{"apiGroups": ["gryvia.io"], "resources": ["gryviaaijobs"], "verbs": ["create", "get"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(s.client.clone(), &s.ns.name)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "submit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "submit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": alice}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(s.client.clone(), &s.ns.name)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let as_alice = gryvia_testsupport::client_as(&alice).await.unwrap();
+    wait_for(
+        "alice to use her reservation",
+        Duration::from_secs(30),
+        || {
+            let c = as_alice.clone();
+            let r = alices.clone();
+            let submit_as = &submit_as;
+            async move { submit_as(c, "alices", r).await.ok() }
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn a_workflow_step_refused_by_the_admission_webhook_is_named_in_its_ready_condition() {
     use gryvia_types::GryviaWorkflow;
     let tenant = unique("e2e-wf-sku");
