@@ -1911,7 +1911,7 @@ async fn a_project_reservation_is_only_for_its_namespace_and_a_user_reservation_
         format!("{u}-here"),
         format!("{u}-alice"),
     );
-    let _guards = vec![
+    let _guards = [
         cluster_object::<GryviaReservation>(
             &client,
             reservation(elsewhere.clone(), "project", "some-other-namespace"),
