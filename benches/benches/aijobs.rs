@@ -122,6 +122,7 @@ fn bench(c: &mut Criterion) {
                 ..Default::default()
             })
             .collect(),
+        ..ReservationWorld::default()
     };
     c.bench_function("reservation/choose_256_gpus_of_1000_nodes", |b| {
         b.iter(|| choose_nodes("r1", "H100", 256, black_box(&fleet)))

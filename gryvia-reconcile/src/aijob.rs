@@ -661,6 +661,14 @@ fn job_labels(job: &GryviaAIJob) -> BTreeMap<String, String> {
     if let Some(t) = job.spec.type_ {
         out.insert(labels::JOB_TYPE.to_owned(), t.as_str().to_owned());
     }
+    if let Some(r) = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::RESERVATION))
+    {
+        out.insert(labels::RESERVATION.to_owned(), r.clone());
+    }
     out
 }
 

@@ -223,6 +223,32 @@ pub struct CandidateNode {
     pub quarantined: bool,
     /// GPUs requested by pods running there.
     pub gpus_in_use: i32,
+    /// Value of its `gryvia.io/reserved` taint: the reservation keeping other work off it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tainted_by: Option<String>,
+}
+
+/// A GPU pod as the reservation reconcile sees it: one on a node, or one waiting for a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuPod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its node (`None`: waiting to be scheduled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// GPUs it asks for.
+    pub gpus: i32,
+    /// The reservation its job runs in (its `gryvia.io/reservation` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+    /// When it was created.
+    pub created: Timestamp,
+    /// Being deleted already (its GPUs count as given back).
+    #[serde(default)]
+    pub terminating: bool,
 }
 
 /// What the reservation reconcile knows: the cluster's nodes, sorted by name.
@@ -231,6 +257,9 @@ pub struct CandidateNode {
 pub struct ReservationWorld {
     /// Every node.
     pub nodes: Vec<CandidateNode>,
+    /// Every pod that asks for GPUs and is running or waiting for a node (not finished).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<GpuPod>,
 }
 
 impl ReservationWorld {
@@ -248,12 +277,37 @@ impl ReservationWorld {
                     reserved_by: facts::reserved_by(n),
                     unschedulable: facts::cordoned(n),
                     quarantined: facts::quarantined_by(n).is_some(),
+                    tainted_by: facts::reservation_taint(n),
                     name,
                 }
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
-        ReservationWorld { nodes: out }
+        let pods = pods
+            .iter()
+            .filter(|p| !facts::finished(*p))
+            .filter_map(|p| {
+                let gpus = crate::tenancy::pod_gpus(p);
+                let meta = p.pod_meta();
+                (gpus > 0).then(|| GpuPod {
+                    namespace: meta.namespace.clone().unwrap_or_default(),
+                    name: meta.name.clone().unwrap_or_default(),
+                    node: facts::node_of(p).map(str::to_owned),
+                    gpus,
+                    reservation: meta
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(labels::RESERVATION))
+                        .cloned(),
+                    created: meta
+                        .creation_timestamp
+                        .as_ref()
+                        .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+                    terminating: meta.deletion_timestamp.is_some(),
+                })
+            })
+            .collect();
+        ReservationWorld { nodes: out, pods }
     }
 }
 
@@ -313,12 +367,18 @@ fn idle_on(world: &ReservationWorld, nodes: &[String]) -> i32 {
         .sum()
 }
 
-fn hold(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str) {
+fn hold(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str, exclusive: bool) {
     plan.node_ops.push(NodeOp::Label {
         node: node.to_owned(),
         key: labels::RESERVED_TAINT.to_owned(),
         value: name.to_owned(),
     });
+    if exclusive {
+        taint(plan, node, name);
+    }
+}
+
+fn taint(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str) {
     plan.node_ops.push(NodeOp::Taint {
         node: node.to_owned(),
         taint: Taint {
@@ -329,16 +389,67 @@ fn hold(plan: &mut Plan<GryviaReservationStatus>, node: &str, name: &str) {
     });
 }
 
-fn release(plan: &mut Plan<GryviaReservationStatus>, node: &str) {
+fn untaint(plan: &mut Plan<GryviaReservationStatus>, node: &str) {
     plan.node_ops.push(NodeOp::RemoveTaint {
         node: node.to_owned(),
         key: labels::RESERVED_TAINT.to_owned(),
         effect: TaintEffect::NoSchedule,
     });
+}
+
+fn release(plan: &mut Plan<GryviaReservationStatus>, node: &str) {
+    untaint(plan, node);
     plan.node_ops.push(NodeOp::RemoveLabel {
         node: node.to_owned(),
         key: labels::RESERVED_TAINT.to_owned(),
     });
+}
+
+/// Whether only the owner's jobs may use the reservation's nodes (`guarantees.exclusive`,
+/// true without guarantees).
+pub fn exclusive(r: &GryviaReservation) -> bool {
+    r.spec.guarantees.as_ref().is_none_or(|g| g.exclusive)
+}
+
+/// The pods of others to evict from the `held` nodes so that the owner's pods waiting for a
+/// node fit: when the waiting pods ask for more GPUs than the held nodes have idle (pods
+/// being deleted already count as gone), others' GPU pods there go, newest first, until they
+/// would. Counted in GPUs: a waiting pod of 8 GPUs may still not fit on one node.
+pub fn give_back<'a>(name: &str, held: &[String], world: &'a ReservationWorld) -> Vec<&'a GpuPod> {
+    let mine = |p: &GpuPod| p.reservation.as_deref() == Some(name);
+    let waiting: i32 = world
+        .pods
+        .iter()
+        .filter(|p| mine(p) && p.node.is_none() && !p.terminating)
+        .map(|p| p.gpus)
+        .sum();
+    let on_held = |p: &&GpuPod| p.node.as_ref().is_some_and(|n| held.contains(n));
+    let used: i32 = world
+        .pods
+        .iter()
+        .filter(on_held)
+        .filter(|p| !p.terminating)
+        .map(|p| p.gpus)
+        .sum();
+    let mut short = waiting - (gpus_on(world, held) - used).max(0);
+    let mut others: Vec<&GpuPod> = world
+        .pods
+        .iter()
+        .filter(on_held)
+        .filter(|p| !mine(p) && !p.terminating)
+        .collect();
+    others.sort_by(|a, b| {
+        (b.created, &b.namespace, &b.name).cmp(&(a.created, &a.namespace, &a.name))
+    });
+    let mut out = Vec::new();
+    for p in others {
+        if short <= 0 {
+            break;
+        }
+        short -= p.gpus;
+        out.push(p);
+    }
+    out
 }
 
 /// The GryviaReservation controller's policy.
@@ -402,12 +513,35 @@ impl crate::Reconcile for ReservationReconciler {
                 return plan;
             }
         };
-        let decision = decide(r, world, win);
+        let decision = decide(r, world, win, now);
         if let Window::Open { start, end } | Window::Next { start, end } = win {
             status.window_start = Some(Time(start));
             status.window_end = Some(Time(end));
         }
-        move_nodes(&mut plan, &name, &decision.nodes, world, &held_now);
+        move_nodes(
+            &mut plan,
+            &name,
+            exclusive(r),
+            &decision.nodes,
+            world,
+            &held_now,
+        );
+        if matches!(win, Window::Open { .. }) {
+            for p in give_back(&name, &decision.nodes, world) {
+                plan.evictions.push(crate::Eviction {
+                    namespace: p.namespace.clone(),
+                    pod: p.name.clone(),
+                    reason: format!(
+                        "reservation {name} gives its owner back the {} GPUs this pod uses on {}",
+                        p.gpus,
+                        p.node.as_deref().unwrap_or_default()
+                    ),
+                });
+                status.evictions = status.evictions.saturating_add(1);
+            }
+        }
+        account_availability(r, &current, &mut status, world, win, now);
+        record_sla(&mut plan, r, &current, &mut status, generation, now);
         status.reserved_gpus = gpus_on(world, &decision.nodes);
         status.idle_gpus = if matches!(
             decision.phase,
@@ -506,7 +640,12 @@ struct Decision {
 }
 
 /// The phase, the nodes to hold and the message for the window `win`.
-fn decide(r: &GryviaReservation, world: &ReservationWorld, win: Window) -> Decision {
+fn decide(
+    r: &GryviaReservation,
+    world: &ReservationWorld,
+    win: Window,
+    now: Timestamp,
+) -> Decision {
     let name = r.metadata.name.as_deref().unwrap_or_default();
     match win {
         Window::Over => Decision {
@@ -515,12 +654,32 @@ fn decide(r: &GryviaReservation, world: &ReservationWorld, win: Window) -> Decis
             message: "the reservation's last window has ended".to_owned(),
             wake_at: None,
         },
-        Window::Next { start, .. } => Decision {
-            phase: ReservationPhase::Pending,
-            nodes: Vec::new(),
-            message: format!("the next window opens at {start}"),
-            wake_at: Some(start),
-        },
+        Window::Next { start, .. } => {
+            let lead = jiff::SignedDuration::from_mins(i64::from(
+                r.spec.schedule.lead_minutes.unwrap_or(0).max(0),
+            ));
+            let hold_from = start.checked_sub(lead).unwrap_or(start);
+            if lead.is_zero() || now < hold_from {
+                return Decision {
+                    phase: ReservationPhase::Pending,
+                    nodes: Vec::new(),
+                    message: format!("the next window opens at {start}"),
+                    wake_at: Some(if lead.is_zero() { start } else { hold_from }),
+                };
+            }
+            let res = &r.spec.resources;
+            let nodes = choose_nodes(name, &res.gpu_type, res.gpu_count, world);
+            Decision {
+                phase: ReservationPhase::Pending,
+                message: format!(
+                    "holding {} {} GPUs ahead of the window at {start} (leadMinutes): no new work lands on them",
+                    gpus_on(world, &nodes),
+                    res.gpu_type
+                ),
+                nodes,
+                wake_at: Some(start),
+            }
+        }
         Window::Open { end, .. } => {
             let res = &r.spec.resources;
             let nodes = choose_nodes(name, &res.gpu_type, res.gpu_count, world);
@@ -553,6 +712,7 @@ fn decide(r: &GryviaReservation, world: &ReservationWorld, win: Window) -> Decis
 fn move_nodes(
     plan: &mut Plan<GryviaReservationStatus>,
     name: &str,
+    exclusive: bool,
     desired: &[String],
     world: &ReservationWorld,
     held_now: &[&CandidateNode],
@@ -560,7 +720,11 @@ fn move_nodes(
     for n in desired {
         let node = world.nodes.iter().find(|c| &c.name == n);
         if node.is_none_or(|c| c.reserved_by.as_deref() != Some(name)) {
-            hold(plan, n, name);
+            hold(plan, n, name, exclusive);
+        } else if exclusive && node.is_some_and(|c| c.tainted_by.as_deref() != Some(name)) {
+            taint(plan, n, name);
+        } else if !exclusive && node.is_some_and(|c| c.tainted_by.as_deref() == Some(name)) {
+            untaint(plan, n);
         }
     }
     for n in held_now {
@@ -568,6 +732,109 @@ fn move_nodes(
             release(plan, &n.name);
         }
     }
+}
+
+/// Condition type: the availability of the window so far meets `guarantees.sla.availability`.
+pub const SLA_MET: &str = "SLAMet";
+
+/// Adds the time since the last sample to the open window's availability: `gpuCount` GPUs
+/// promised, and of them the GPUs of the nodes held then that are still held, neither
+/// quarantined nor cordoned (capped at `gpuCount`). A new window starts a new count; a closed
+/// one keeps its last.
+fn account_availability(
+    r: &GryviaReservation,
+    current: &GryviaReservationStatus,
+    status: &mut GryviaReservationStatus,
+    world: &ReservationWorld,
+    win: Window,
+    now: Timestamp,
+) {
+    let Window::Open { start, .. } = win else {
+        return;
+    };
+    let mut acc = current
+        .availability
+        .clone()
+        .filter(|a| a.window_start.0 == start)
+        .unwrap_or_else(|| gryvia_types::ReservationAvailability {
+            window_start: Time(start),
+            promised_gpu_seconds: 0,
+            available_gpu_seconds: 0,
+            percent: 100.0,
+        });
+    let name = r.metadata.name.as_deref().unwrap_or_default();
+    let sampled = current.idle_sampled_at.as_ref().map(|t| t.0.max(start));
+    let active = matches!(
+        current.phase,
+        Some(ReservationPhase::Active | ReservationPhase::Partial)
+    );
+    if let Some(from) = sampled.filter(|_| active) {
+        let secs = (now - from).get_seconds().max(0);
+        let promised = r.spec.resources.gpu_count.max(0);
+        let healthy: i32 = world
+            .nodes
+            .iter()
+            .filter(|n| current.reserved_nodes.contains(&n.name))
+            .filter(|n| n.reserved_by.as_deref() == Some(name))
+            .filter(|n| !n.quarantined && !n.unschedulable)
+            .map(|n| n.gpus)
+            .sum();
+        acc.promised_gpu_seconds = acc
+            .promised_gpu_seconds
+            .saturating_add(i64::from(promised) * secs);
+        acc.available_gpu_seconds = acc
+            .available_gpu_seconds
+            .saturating_add(i64::from(healthy.min(promised)) * secs);
+    }
+    if acc.promised_gpu_seconds > 0 {
+        let ratio = acc.available_gpu_seconds as f64 / acc.promised_gpu_seconds as f64;
+        acc.percent = (ratio * 10_000.0).round() / 100.0;
+    } else {
+        acc.percent = 100.0;
+    }
+    status.availability = Some(acc);
+}
+
+/// Sets `SLAMet` from the window's availability against `guarantees.sla.availability` (a
+/// Warning Event when it falls below); nothing without an SLA or before any time is counted.
+fn record_sla(
+    plan: &mut Plan<GryviaReservationStatus>,
+    r: &GryviaReservation,
+    current: &GryviaReservationStatus,
+    status: &mut GryviaReservationStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let Some(promise) = r.spec.guarantees.as_ref().and_then(|g| g.sla.as_ref()) else {
+        return;
+    };
+    let Some(a) = status
+        .availability
+        .as_ref()
+        .filter(|a| a.promised_gpu_seconds > 0)
+    else {
+        return;
+    };
+    let met = a.percent >= promise.availability;
+    let message = format!(
+        "{}% of the window's reserved GPU time so far was available ({} of {} GPU-seconds), against the promised {}%",
+        a.percent, a.available_gpu_seconds, a.promised_gpu_seconds, promise.availability
+    );
+    let was = conditions::find(&current.conditions, SLA_MET).map(|c| c.status == "True");
+    if !met && was != Some(false) {
+        plan.event(EventType::Warning, "SLABreached", message.clone());
+    }
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            SLA_MET,
+            if met { Status::True } else { Status::False },
+            if met { "WithinSLA" } else { "BelowSLA" },
+            message,
+            generation,
+            now,
+        ),
+    );
 }
 
 /// Records the phase (an Event when it changes, a Warning for Partial), the Ready condition,
@@ -618,6 +885,209 @@ mod tests {
         s.parse().unwrap()
     }
 
+    const NOW: Timestamp = Timestamp::UNIX_EPOCH;
+
+    fn pod(
+        name: &str,
+        node: Option<&str>,
+        gpus: i32,
+        reservation: Option<&str>,
+        at: &str,
+    ) -> GpuPod {
+        GpuPod {
+            namespace: "ns".into(),
+            name: name.into(),
+            node: node.map(str::to_owned),
+            gpus,
+            reservation: reservation.map(str::to_owned),
+            created: t(at),
+            terminating: false,
+        }
+    }
+
+    #[test]
+    fn the_owners_waiting_pods_get_their_gpus_back_from_the_newest_others() {
+        let mut world = ReservationWorld {
+            nodes: vec![node("a", 8, 8, Some("r1")), node("b", 8, 4, Some("r1"))],
+            pods: vec![
+                pod("old", Some("a"), 4, None, "2026-12-02T09:00:00Z"),
+                pod("new", Some("a"), 4, None, "2026-12-02T10:00:00Z"),
+                pod("mine", Some("b"), 4, Some("r1"), "2026-12-02T08:00:00Z"),
+                pod("other-node", Some("c"), 8, None, "2026-12-02T11:00:00Z"),
+            ],
+        };
+        let held = vec!["a".to_owned(), "b".to_owned()];
+        assert!(give_back("r1", &held, &world).is_empty(), "nobody waits");
+        world
+            .pods
+            .push(pod("waiting", None, 8, Some("r1"), "2026-12-02T12:00:00Z"));
+        let names = |w: &ReservationWorld| -> Vec<String> {
+            give_back("r1", &held, w)
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        assert_eq!(
+            names(&world),
+            vec!["new"],
+            "4 idle on b, 4 more from the newest"
+        );
+        world.pods[1].terminating = true;
+        assert!(names(&world).is_empty(), "already going");
+        world.pods.push(pod(
+            "waiting-too",
+            None,
+            8,
+            Some("r1"),
+            "2026-12-02T12:00:00Z",
+        ));
+        assert_eq!(names(&world), vec!["old"], "never the owner's own pods");
+    }
+
+    #[test]
+    fn a_non_exclusive_reservation_labels_without_tainting_and_drops_its_taint() {
+        let world = ReservationWorld {
+            nodes: vec![
+                CandidateNode {
+                    tainted_by: Some("r1".into()),
+                    ..node("a", 8, 0, Some("r1"))
+                },
+                node("b", 8, 0, None),
+            ],
+            ..ReservationWorld::default()
+        };
+        let held = held_by(&world, "r1");
+        let mut plan = Plan::new();
+        move_nodes(
+            &mut plan,
+            "r1",
+            false,
+            &["a".to_owned(), "b".to_owned()],
+            &world,
+            &held,
+        );
+        assert_eq!(
+            plan.node_ops,
+            vec![
+                NodeOp::RemoveTaint {
+                    node: "a".into(),
+                    key: labels::RESERVED_TAINT.into(),
+                    effect: TaintEffect::NoSchedule
+                },
+                NodeOp::Label {
+                    node: "b".into(),
+                    key: labels::RESERVED_TAINT.into(),
+                    value: "r1".into()
+                },
+            ]
+        );
+        let mut r = reservation(8);
+        assert!(exclusive(&r), "exclusive without guarantees");
+        r.spec.guarantees = Some(serde_json::from_value(serde_json::json!({})).unwrap());
+        assert!(exclusive(&r), "exclusive by default");
+    }
+
+    #[test]
+    fn lead_time_holds_the_nodes_before_the_window_opens() {
+        let world = ReservationWorld {
+            nodes: vec![node("a", 8, 0, None)],
+            ..ReservationWorld::default()
+        };
+        let next = Window::Next {
+            start: t("2026-12-02T10:00:00Z"),
+            end: t("2026-12-02T12:00:00Z"),
+        };
+        let mut r = reservation(8);
+        let d = decide(&r, &world, next, t("2026-12-02T09:40:00Z"));
+        assert!(d.nodes.is_empty());
+        r.spec.schedule.lead_minutes = Some(30);
+        let early = decide(&r, &world, next, t("2026-12-02T09:20:00Z"));
+        assert!(early.nodes.is_empty());
+        assert_eq!(early.wake_at, Some(t("2026-12-02T09:30:00Z")));
+        let d = decide(&r, &world, next, t("2026-12-02T09:40:00Z"));
+        assert_eq!(
+            (d.phase, d.nodes),
+            (ReservationPhase::Pending, vec!["a".to_owned()])
+        );
+        assert_eq!(d.wake_at, Some(t("2026-12-02T10:00:00Z")));
+        assert!(d.message.contains("ahead of the window"), "{}", d.message);
+    }
+
+    #[test]
+    fn availability_counts_healthy_held_gpus_against_the_promise_and_sets_sla_met() {
+        let mut r = reservation(16);
+        r.spec.guarantees = Some(
+            serde_json::from_value(serde_json::json!({"sla": {"availability": 99.0}})).unwrap(),
+        );
+        let start = t("2026-12-02T10:00:00Z");
+        let win = Window::Open {
+            start,
+            end: t("2026-12-02T12:00:00Z"),
+        };
+        let current = GryviaReservationStatus {
+            phase: Some(ReservationPhase::Active),
+            idle_sampled_at: Some(Time(start)),
+            reserved_nodes: vec!["a".into(), "b".into()],
+            ..GryviaReservationStatus::default()
+        };
+        let mut world = ReservationWorld {
+            nodes: vec![node("a", 8, 0, Some("r1")), node("b", 8, 0, Some("r1"))],
+            ..ReservationWorld::default()
+        };
+        world.nodes[1].quarantined = true;
+        let mut status = current.clone();
+        let now = t("2026-12-02T10:00:10Z");
+        account_availability(&r, &current, &mut status, &world, win, now);
+        let a = status.availability.clone().unwrap();
+        assert_eq!(
+            (a.promised_gpu_seconds, a.available_gpu_seconds, a.percent),
+            (160, 80, 50.0)
+        );
+        let mut plan = Plan::new();
+        record_sla(&mut plan, &r, &current, &mut status, Some(1), now);
+        let c = conditions::find(&status.conditions, SLA_MET).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "BelowSLA")
+        );
+        assert!(c.message.starts_with("50% of the window's reserved GPU time so far was available (80 of 160 GPU-seconds), against the promised 99%"), "{}", c.message);
+        assert_eq!(plan.events.len(), 1);
+        // The next sample adds; a new window starts over.
+        let current = GryviaReservationStatus {
+            idle_sampled_at: Some(Time(now)),
+            ..status.clone()
+        };
+        world.nodes[1].quarantined = false;
+        account_availability(
+            &r,
+            &current,
+            &mut status,
+            &world,
+            win,
+            t("2026-12-02T10:00:20Z"),
+        );
+        assert_eq!(
+            status.availability.as_ref().unwrap().available_gpu_seconds,
+            80 + 160
+        );
+        let later = Window::Open {
+            start: t("2026-12-03T10:00:00Z"),
+            end: t("2026-12-03T12:00:00Z"),
+        };
+        account_availability(
+            &r,
+            &current,
+            &mut status,
+            &world,
+            later,
+            t("2026-12-03T10:00:00Z"),
+        );
+        assert_eq!(
+            status.availability.as_ref().unwrap().promised_gpu_seconds,
+            0
+        );
+    }
+
     fn node(name: &str, gpus: i32, in_use: i32, reserved_by: Option<&str>) -> CandidateNode {
         CandidateNode {
             name: name.to_owned(),
@@ -661,6 +1131,7 @@ mod tests {
                 node("b", 8, 0, Some("r2")),
                 node("c", 8, 0, None),
             ],
+            ..ReservationWorld::default()
         };
         let held: Vec<&str> = held_by(&world, "r1")
             .iter()
@@ -683,6 +1154,7 @@ mod tests {
         assert_eq!(idle_gpu_seconds(&current, &[&a, &b], now), 50);
         let world = ReservationWorld {
             nodes: vec![a.clone(), b.clone()],
+            ..ReservationWorld::default()
         };
         assert_eq!(
             idle_on(&world, &["a".into(), "b".into()]),
@@ -714,20 +1186,21 @@ mod tests {
     fn an_open_window_holds_nodes_until_the_count_is_covered_or_is_partial() {
         let world = ReservationWorld {
             nodes: vec![node("a", 8, 0, None), node("b", 8, 0, None)],
+            ..ReservationWorld::default()
         };
         let open = Window::Open {
             start: t("2026-12-02T00:00:00Z"),
             end: t("2026-12-03T00:00:00Z"),
         };
-        let d = decide(&reservation(16), &world, open);
+        let d = decide(&reservation(16), &world, open, NOW);
         assert_eq!((d.phase, d.nodes.len()), (ReservationPhase::Active, 2));
         assert_eq!(d.wake_at, Some(t("2026-12-03T00:00:00Z")));
         assert_eq!(
-            decide(&reservation(24), &world, open).phase,
+            decide(&reservation(24), &world, open, NOW).phase,
             ReservationPhase::Partial
         );
         assert_eq!(
-            decide(&reservation(8), &world, Window::Over).phase,
+            decide(&reservation(8), &world, Window::Over, NOW).phase,
             ReservationPhase::Expired
         );
     }
@@ -736,10 +1209,11 @@ mod tests {
     fn moving_holds_new_nodes_and_releases_the_rest() {
         let world = ReservationWorld {
             nodes: vec![node("a", 8, 0, Some("r1")), node("b", 8, 0, None)],
+            ..ReservationWorld::default()
         };
         let held = held_by(&world, "r1");
         let mut plan = Plan::new();
-        move_nodes(&mut plan, "r1", &["b".to_owned()], &world, &held);
+        move_nodes(&mut plan, "r1", true, &["b".to_owned()], &world, &held);
         let nodes: Vec<&str> = plan.node_ops.iter().map(NodeOp::node).collect();
         assert_eq!(nodes, vec!["b", "b", "a", "a"]);
     }

@@ -180,6 +180,7 @@ fn whole_idle_nodes_of_the_product_are_chosen_until_the_count_is_covered() {
             a100,
             cordoned,
         ],
+        ..ReservationWorld::default()
     };
     assert_eq!(choose_nodes("r1", "H100", 16, &w), vec!["b", "c"]);
     assert_eq!(choose_nodes("r1", "H100", 9, &w), vec!["b", "c"]);
@@ -192,6 +193,7 @@ fn a_held_node_is_kept_even_when_busier_ones_are_free() {
     held.reserved_by = Some("r1".into());
     let w = ReservationWorld {
         nodes: vec![node("a", 8, 0), held],
+        ..ReservationWorld::default()
     };
     assert_eq!(choose_nodes("r1", "H100", 8, &w), vec!["z"]);
 }
@@ -201,6 +203,7 @@ fn an_open_window_labels_and_taints_the_nodes_and_a_closed_one_releases_them() {
     let r = reservation(json!({"type": "immediate", "endTime": "2026-12-02T18:00:00Z"}));
     let w = ReservationWorld {
         nodes: vec![node("a", 8, 0), node("b", 8, 0), node("c", 8, 0)],
+        ..ReservationWorld::default()
     };
     let plan = ReservationReconciler.reconcile(&r, &w, t("2026-12-02T12:00:00Z"));
     let s = plan.status.clone().unwrap();
@@ -228,10 +231,12 @@ fn an_open_window_labels_and_taints_the_nodes_and_a_closed_one_releases_them() {
             .map(|mut n| {
                 if n.name != "c" {
                     n.reserved_by = Some("r1".into());
+                    n.tainted_by = Some("r1".into());
                 }
                 n
             })
             .collect(),
+        ..ReservationWorld::default()
     };
     let again = ReservationReconciler.reconcile(&r, &held, t("2026-12-02T12:00:30Z"));
     assert!(again.node_ops.is_empty(), "nothing to change while open");
@@ -259,6 +264,7 @@ fn too_few_free_nodes_make_a_partial_reservation_with_a_warning() {
     let r = reservation(json!({"type": "immediate", "endTime": "2026-12-02T18:00:00Z"}));
     let w = ReservationWorld {
         nodes: vec![node("a", 8, 0)],
+        ..ReservationWorld::default()
     };
     let plan = ReservationReconciler.reconcile(&r, &w, t("2026-12-02T12:00:00Z"));
     let s = plan.status.unwrap();
@@ -276,7 +282,10 @@ fn deleting_a_reservation_releases_every_node_it_holds() {
     b.reserved_by = Some("other".into());
     let plan = ReservationReconciler.cleanup(
         &r,
-        &ReservationWorld { nodes: vec![a, b] },
+        &ReservationWorld {
+            nodes: vec![a, b],
+            ..ReservationWorld::default()
+        },
         t("2026-12-02T12:00:00Z"),
     );
     assert_eq!(plan.node_ops.len(), 2);
@@ -288,6 +297,7 @@ fn a_pending_window_holds_nothing_and_wakes_up_when_it_opens() {
     let r = nightly("UTC");
     let w = ReservationWorld {
         nodes: vec![node("a", 8, 0), node("b", 8, 0)],
+        ..ReservationWorld::default()
     };
     let plan = ReservationReconciler.reconcile(&r, &w, t("2026-12-02T21:00:00Z"));
     let s = plan.status.unwrap();

@@ -338,6 +338,12 @@ pub struct ReservationSchedule {
     /// Recurring windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recurrence: Option<Recurrence>,
+    /// Minutes before each window opens that the nodes are already held (labelled, and
+    /// tainted for an exclusive reservation): no new work lands on them, so the window opens
+    /// with free GPUs; work still there when the owner's pods wait for room is evicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1440))]
+    pub lead_minutes: Option<i32>,
 }
 
 /// Kind of schedule.
@@ -397,11 +403,13 @@ pub enum Weekday {
 }
 
 /// Promises of a reservation.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationGuarantees {
-    /// Only the owner's jobs may use the reserved nodes.
-    #[serde(default)]
+    /// Only the owner's jobs may use the reserved nodes (they are tainted; the default). When
+    /// false, the nodes are only labelled: other work may use idle reserved GPUs, and is
+    /// evicted (through the Eviction API, newest first) when the owner's pods wait for room.
+    #[serde(default = "default_true")]
     pub exclusive: bool,
     /// Whether higher-priority work may take the nodes back.
     #[serde(default)]
@@ -411,11 +419,22 @@ pub struct ReservationGuarantees {
     pub sla: Option<ReservationSla>,
 }
 
+impl Default for ReservationGuarantees {
+    fn default() -> Self {
+        Self {
+            exclusive: true,
+            preemptible: false,
+            sla: None,
+        }
+    }
+}
+
 /// Promised service level.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationSla {
-    /// Availability in percent.
+    /// Availability in percent: the share of each window's reserved GPU time the reserved GPUs
+    /// were really held and healthy (`status.availability`; condition `SLAMet`).
     #[schemars(range(min = 0.0, max = 100.0))]
     pub availability: f64,
 }
@@ -463,12 +482,33 @@ pub struct GryviaReservationStatus {
     /// When idle GPU time was last counted (while the reservation holds nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_sampled_at: Option<Time>,
+    /// How much of the current (or last) window's promised GPU time was really available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability: Option<ReservationAvailability>,
+    /// GPU pods of others evicted to give the owner its GPUs back, in all.
+    #[serde(default)]
+    pub evictions: i64,
     /// Details (for example why fewer GPUs than requested are held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A window's availability: of the GPU time promised so far (`gpuCount` for every second the
+/// window was open), what was held on healthy nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationAvailability {
+    /// Opening of the window counted.
+    pub window_start: Time,
+    /// GPU-seconds promised so far.
+    pub promised_gpu_seconds: i64,
+    /// GPU-seconds held on nodes that were neither quarantined nor cordoned.
+    pub available_gpu_seconds: i64,
+    /// `availableGpuSeconds` over `promisedGpuSeconds`, percent (two decimals).
+    pub percent: f64,
 }
 
 /// Phase of a reservation.

@@ -926,6 +926,244 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
         .await;
 }
 
+/// A reservation's status, once `ready` says it is what the test waits for.
+async fn wait_reservation(
+    client: &kube::Client,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&gryvia_types::GryviaReservationStatus) -> bool,
+) -> gryvia_types::GryviaReservationStatus {
+    let rsvs: Api<gryvia_types::GryviaReservation> = Api::all(client.clone());
+    let result = wait_for(&format!("reservation {name}: {what}"), timeout, || async {
+        let st = rsvs.get(name).await.ok()?.status?;
+        ready(&st).then_some(st)
+    })
+    .await;
+    match result {
+        Ok(st) => st,
+        Err(e) => panic!("{e:#}; now: {:?}", rsvs.get(name).await.map(|r| r.status)),
+    }
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_non_exclusive_reservation_lends_its_idle_gpus_and_evicts_the_borrower_when_its_owner_comes()
+ {
+    use gryvia_types::ReservationPhase;
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let tenant = unique("e2e-lend");
+    let product = unique("E2E-LEND");
+    let rsv = unique("e2e-lend");
+    let _tenant = cluster_object::<gryvia_types::GryviaTenant>(
+        &client,
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+               "spec": {"displayName": "Lending team"}}),
+    )
+    .await;
+    let nodes = KwokNodes::create_with_product(&client, "lend", 1, 8, &product)
+        .await
+        .unwrap();
+    let end = jiff::Timestamp::now() + jiff::SignedDuration::from_mins(15);
+    let _rsv = cluster_object::<gryvia_types::GryviaReservation>(
+        &client,
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation", "metadata": {"name": rsv},
+               "spec": {"owner": {"type": "team", "name": tenant},
+                        "resources": {"gpuType": product, "gpuCount": 8},
+                        "schedule": {"type": "immediate", "endTime": end.to_string()},
+                        "guarantees": {"exclusive": false, "sla": {"availability": 99.5}}}}),
+    )
+    .await;
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-lend",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--enable-reservations"],
+    )
+    .await
+    else {
+        return;
+    };
+    wait_reservation(&s.client, &rsv, "Active", Duration::from_secs(90), |st| {
+        st.phase == Some(ReservationPhase::Active)
+    })
+    .await;
+    let node_api: Api<Node> = Api::all(s.client.clone());
+    let node = node_api.get(&nodes.names[0]).await.unwrap();
+    assert_eq!(node.labels().get("gryvia.io/reserved"), Some(&rsv));
+    assert!(
+        !has_reserved_taint(&node, &rsv),
+        "a non-exclusive reservation only labels"
+    );
+
+    // Someone else borrows the idle reserved GPUs.
+    let toleration =
+        json!([{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
+    s.submit(json!({
+        "metadata": {"name": "borrower"},
+        "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration,
+                 "podAnnotations": {"gryvia.io/testenv-duration": "600s"}}
+    }))
+    .await;
+    s.wait_phase("borrower", JobPhase::Running, Duration::from_secs(90))
+        .await;
+    let borrowed_pod = s.pods("borrower").await[0].name_any();
+
+    // The owner comes: the borrower's pod is evicted and the owner's job runs there.
+    s.submit(json!({
+        "metadata": {"name": "owner", "annotations": {"gryvia.io/reservation": rsv}},
+        "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration}
+    }))
+    .await;
+    s.wait_phase("owner", JobPhase::Succeeded, Duration::from_secs(120))
+        .await;
+    let owner_pod = &s.pods("owner").await[0];
+    assert_eq!(
+        owner_pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(nodes.names[0].as_str())
+    );
+    assert_eq!(
+        owner_pod.labels().get("gryvia.io/reservation"),
+        Some(&rsv),
+        "the owner's pods carry the reservation"
+    );
+    let borrower_pods = s.pods("borrower").await;
+    assert!(
+        borrower_pods.iter().all(|p| p.name_any() != borrowed_pod),
+        "the borrower's first pod was evicted"
+    );
+    let borrower = s.jobs().get("borrower").await.unwrap();
+    let st = borrower.status.unwrap();
+    assert_ne!(
+        st.phase,
+        Some(JobPhase::Failed),
+        "an eviction uses no retry"
+    );
+    let st = wait_reservation(
+        &s.client,
+        &rsv,
+        "availability counted",
+        Duration::from_secs(90),
+        |st| {
+            st.availability
+                .as_ref()
+                .is_some_and(|a| a.promised_gpu_seconds > 0)
+        },
+    )
+    .await;
+    assert!(st.evictions >= 1, "{st:?}");
+    let a = st.availability.unwrap();
+    assert_eq!(a.available_gpu_seconds, a.promised_gpu_seconds);
+    assert!((a.percent - 100.0).abs() < f64::EPSILON);
+    let sla = st.conditions.iter().find(|c| c.type_ == "SLAMet").unwrap();
+    assert_eq!(sla.status, "True", "{sla:?}");
+    assert!(
+        sla.message.contains("against the promised 99.5%"),
+        "{sla:?}"
+    );
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes() {
+    use gryvia_types::ReservationPhase;
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let tenant = unique("e2e-weekly");
+    let product = unique("E2E-WEEKLY");
+    let rsv = unique("e2e-weekly");
+    let nodes = KwokNodes::create_with_product(&client, "weekly", 1, 8, &product)
+        .await
+        .unwrap();
+    // A one-minute window every day at a minute at least 61 s away, held a minute ahead.
+    let now = jiff::Timestamp::now();
+    let secs = (now + jiff::SignedDuration::from_secs(61)).as_second();
+    let opens = jiff::Timestamp::from_second((secs / 60 + 1) * 60).unwrap();
+    let at = opens.to_zoned(jiff::tz::TimeZone::UTC);
+    let _rsv = cluster_object::<gryvia_types::GryviaReservation>(
+        &client,
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation", "metadata": {"name": rsv},
+               "spec": {"owner": {"type": "team", "name": tenant},
+                        "resources": {"gpuType": product, "gpuCount": 8},
+                        "schedule": {"type": "recurring", "leadMinutes": 1,
+                                     "recurrence": {"startTime": format!("{:02}:{:02}", at.hour(), at.minute()),
+                                                    "durationMinutes": 1, "timeZone": "UTC"}}}}),
+    )
+    .await;
+    let Some(s) = Setup::start("aijob-weekly", &["--enable-reservations".to_owned()], None).await
+    else {
+        return;
+    };
+    let node_api: Api<Node> = Api::all(s.client.clone());
+    let st = wait_reservation(&s.client, &rsv, "Pending", Duration::from_secs(60), |st| {
+        st.phase == Some(ReservationPhase::Pending)
+    })
+    .await;
+    assert!(
+        st.reserved_nodes.is_empty(),
+        "not held before the lead time"
+    );
+    assert_eq!(st.window_start.as_ref().map(|t| t.0), Some(opens));
+    // The lead time: held (tainted: exclusive) before the window opens.
+    let st = wait_reservation(
+        &s.client,
+        &rsv,
+        "held ahead of the window",
+        Duration::from_secs(90),
+        |st| !st.reserved_nodes.is_empty(),
+    )
+    .await;
+    assert!(jiff::Timestamp::now() < opens, "held before the opening");
+    assert_eq!(st.phase, Some(ReservationPhase::Pending));
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ahead of the window")
+    );
+    assert!(has_reserved_taint(
+        &node_api.get(&nodes.names[0]).await.unwrap(),
+        &rsv
+    ));
+    // Open, then closed again: released until the next day's window.
+    wait_reservation(&s.client, &rsv, "Active", Duration::from_secs(90), |st| {
+        st.phase == Some(ReservationPhase::Active)
+    })
+    .await;
+    assert!(jiff::Timestamp::now() >= opens);
+    let st = wait_reservation(
+        &s.client,
+        &rsv,
+        "closed and released",
+        Duration::from_secs(120),
+        |st| st.phase == Some(ReservationPhase::Pending) && st.reserved_nodes.is_empty(),
+    )
+    .await;
+    assert!(jiff::Timestamp::now() >= opens + jiff::SignedDuration::from_mins(1));
+    assert_eq!(
+        st.window_start.as_ref().map(|t| t.0),
+        Some(opens + jiff::SignedDuration::from_hours(24)),
+        "the next window is tomorrow's"
+    );
+    let node = node_api.get(&nodes.names[0]).await.unwrap();
+    assert!(!has_reserved_taint(&node, &rsv));
+    assert!(node.labels().get("gryvia.io/reserved").is_none());
+}
+
 #[tokio::test]
 async fn the_deploy_manifests_are_accepted_by_the_api_server() {
     let Some(client) = gryvia_testsupport::client().await else {

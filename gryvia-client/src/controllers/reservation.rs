@@ -1,5 +1,7 @@
-//! The GryviaReservation controller of the ai-operator (opt-in): labels and taints the nodes a
-//! reservation holds while its window is open (policy: `gryvia_reconcile::reservation`).
+//! The GryviaReservation controller of the ai-operator (opt-in): labels (and, exclusive, taints)
+//! the nodes a reservation holds while its window is open or its lead time runs, evicts others'
+//! GPU pods there when the owner's pods wait for room, and accounts availability against the
+//! SLA (policy: `gryvia_reconcile::reservation`).
 
 use std::sync::Arc;
 
@@ -37,19 +39,25 @@ impl Observe for ReservationObserver {
     }
 }
 
-/// The reservation controller: reconciled when a reservation's spec changes and when a node
-/// it labelled does (one Node watch with the observer's cache).
+/// The reservation controller: reconciled when a reservation's spec changes, when a node it
+/// labelled does, and when a pod of its jobs (label `gryvia.io/reservation`) does.
 pub fn controller(shared: &Shared) -> Running {
     let caches = &shared.caches;
     let trigger = changed(caches.subscribe::<GryviaReservation>(), spec_or_lifecycle);
-    let ctrl = Controller::for_shared_stream(trigger, caches.store()).watches_shared_stream(
-        caches.subscribe::<Node>(),
-        |node: Arc<Node>| {
+    let ctrl = Controller::for_shared_stream(trigger, caches.store())
+        .watches_shared_stream(caches.subscribe::<Node>(), |node: Arc<Node>| {
             node.labels()
                 .get(labels::RESERVED_TAINT)
                 .map(|r| ObjectRef::<GryviaReservation>::new(r))
-        },
-    );
+        })
+        // The owner's pods: one waiting for a node may need GPUs given back.
+        .watches_shared_stream(caches.subscribe::<CachedPod>(), |pod: Arc<CachedPod>| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::RESERVATION))
+                .map(|r| ObjectRef::<GryviaReservation>::new(r))
+        });
     let observer = ReservationObserver {
         nodes: caches.store(),
         pods: caches.store(),
