@@ -756,7 +756,7 @@ fn account_availability(
         .availability
         .clone()
         .filter(|a| a.window_start.0 == start)
-        .unwrap_or_else(|| gryvia_types::ReservationAvailability {
+        .unwrap_or(gryvia_types::ReservationAvailability {
             window_start: Time(start),
             promised_gpu_seconds: 0,
             available_gpu_seconds: 0,

@@ -1071,10 +1071,6 @@ async fn a_non_exclusive_reservation_lends_its_idle_gpus_and_evicts_the_borrower
 }
 
 #[tokio::test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one end-to-end scenario, read top to bottom"
-)]
 async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes() {
     use gryvia_types::ReservationPhase;
     let Some(client) = gryvia_testsupport::client().await else {
