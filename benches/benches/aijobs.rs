@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
         ]),
         tiers: BTreeMap::new(),
         requester: None,
+        preemptible: BTreeMap::new(),
         gpu_quota: Some(GpuQuota {
             name: "q".into(),
             hard: 2048,
@@ -90,7 +91,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| validate_job(black_box(&j), black_box(&admission)))
     });
     c.bench_function("admission/mutate", |b| {
-        b.iter(|| mutate_job(black_box(&j), None))
+        b.iter(|| mutate_job(black_box(&j), &AdmissionWorld::default()))
     });
 
     let tpl: GryviaTemplate = serde_json::from_value(json!({

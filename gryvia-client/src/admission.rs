@@ -7,6 +7,7 @@
 //! the webhook fails open (admits, with a warning) unless it was started fail-closed; the
 //! registration's `failurePolicy` follows the same flag (`Ignore` or `Fail`).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -145,7 +146,32 @@ impl Caches {
         }
     }
 
-    /// The facts about `job` that the validating webhook needs, from the caches.
+    /// Every exclusive preemptible reservation with its baseline: the value of its owning
+    /// tenant's default tier (0 without one, for an owner that is no tenant, or for a tier
+    /// `tiers` lacks).
+    fn preemptible(&self, tiers: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
+        self.reservations
+            .state()
+            .iter()
+            .filter(|r| {
+                r.spec
+                    .guarantees
+                    .as_ref()
+                    .is_some_and(|g| g.preemptible && g.exclusive)
+            })
+            .map(|r| {
+                let owner = ReservationFacts::of(Some(r)).owner;
+                let baseline = owner
+                    .and_then(|t| self.tenants.get(&ObjectRef::new(&t)))
+                    .and_then(|t| t.spec.priorities.as_ref()?.default.clone())
+                    .and_then(|d| tiers.get(&d).copied())
+                    .unwrap_or(0);
+                (r.name_any(), baseline)
+            })
+            .collect()
+    }
+
+    /// The facts about `job` that the admission webhooks need, from the caches.
     ///
     /// # Errors
     /// A reason when a cache has not been filled yet (the caller fails open or closed).
@@ -188,6 +214,7 @@ impl Caches {
             gpu_quota,
             template,
             reservation,
+            preemptible: self.preemptible(&tiers),
             tiers,
             requester: None,
             blocked_budgets: Vec::new(),
@@ -259,19 +286,21 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
     match hook {
         Hook::Mutate => {
             let mut warnings = Vec::new();
-            let tenant = match state.caches.tenant(&namespace) {
-                Ok(t) => t,
+            let world = match state.caches.facts(&job, &namespace) {
+                Ok(w) => w,
                 Err(why) if state.fail_closed => {
                     return respond(decision_json(Decision::deny(format!(
                         "admission facts unavailable and the webhook is fail-closed: {why}"
                     ))));
                 }
                 Err(why) => {
-                    warnings.push(format!("gryvia tenant defaults skipped (fail-open): {why}"));
-                    None
+                    warnings.push(format!(
+                        "gryvia tenant defaults and reservation tolerations skipped (fail-open): {why}"
+                    ));
+                    AdmissionWorld::default()
                 }
             };
-            let ops = mutate_job(&job, tenant.as_ref());
+            let ops = mutate_job(&job, &world);
             let mut r = json!({"uid": uid, "allowed": true});
             if !warnings.is_empty() {
                 r["warnings"] = json!(warnings);

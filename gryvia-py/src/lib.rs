@@ -530,23 +530,22 @@ fn admit_job(
     out(py, &gryvia_reconcile::admission::validate_job(&job, &world))
 }
 
-/// The mutating admission webhook's JSON Patch for a new job (a list of operations);
-/// `tenant`, the facts of its namespace's tenant (keys of `TenantFacts`: `defaultTier`,
-/// `classification`, ...), adds its default tier and data classification.
+/// The mutating admission webhook's JSON Patch for a new job (a list of operations) in
+/// `world` (keys of `AdmissionWorld`: `tenant` with its `defaultTier` and `classification`,
+/// `tiers`, `preemptible`), empty by default.
 #[pyfunction]
-#[pyo3(signature = (job, tenant=None))]
+#[pyo3(signature = (job, world=None))]
 fn mutate_job(
     py: Python<'_>,
     job: &Bound<'_, PyAny>,
-    tenant: Option<&Bound<'_, PyAny>>,
+    world: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let job: gryvia_types::GryviaAIJob = typed(job, "job")?;
-    let tenant: Option<gryvia_reconcile::admission::TenantFacts> =
-        tenant.map(|t| typed(t, "tenant")).transpose()?;
-    out(
-        py,
-        &gryvia_reconcile::admission::mutate_job(&job, tenant.as_ref()),
-    )
+    let world: gryvia_reconcile::admission::AdmissionWorld = match world {
+        Some(w) => typed(w, "world")?,
+        None => Default::default(),
+    };
+    out(py, &gryvia_reconcile::admission::mutate_job(&job, &world))
 }
 
 /// The AI job controller's Plan for `job` in `world` (keys of `AIJobWorld`: `job`, `pods`,

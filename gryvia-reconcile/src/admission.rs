@@ -419,6 +419,11 @@ pub struct AdmissionWorld {
     /// Every GryviaPriority's value, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tiers: BTreeMap<String, i32>,
+    /// Exclusive reservations with `guarantees.preemptible`, by name, with their baseline: the
+    /// value of the owner tenant's default tier (0 without one, and for project and user
+    /// owners). Jobs of a tier above it tolerate the reservation's taint.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub preemptible: BTreeMap<String, i32>,
     /// Who creates the job (the admission request's `userInfo.username`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requester: Option<String>,
@@ -689,22 +694,47 @@ fn check_reservation(job: &GryviaAIJob, world: &AdmissionWorld) -> Option<String
 
 /// A toleration of the reservation taint (or of every taint) without the annotation of that
 /// reservation.
-fn check_tolerations(job: &GryviaAIJob) -> Option<String> {
+fn check_tolerations(job: &GryviaAIJob, world: &AdmissionWorld) -> Option<String> {
     let reservation = annotation(job, labels::RESERVATION);
+    let outranks = preemptible_for(job, world);
     job.spec.tolerations.iter().enumerate().find_map(|(i, t)| {
         let reserved = t.key.as_deref() == Some(labels::RESERVED_TAINT)
             || (t.key.is_none() && t.operator.as_deref() == Some("Exists"));
-        let ok = reservation.is_some_and(|r| {
-            t.key.as_deref() == Some(labels::RESERVED_TAINT) && t.value.as_deref() == Some(r)
-        });
+        let ok = t.key.as_deref() == Some(labels::RESERVED_TAINT)
+            && t.value.as_deref().is_some_and(|v| {
+                reservation == Some(v) || outranks.iter().any(|r| r == v)
+            });
         (reserved && !ok).then(|| {
             format!(
-                "spec.tolerations[{i}]: tolerating {} is only for jobs annotated {} with that reservation",
+                "spec.tolerations[{i}]: tolerating {} is only for jobs annotated {} with that reservation, or of a tier above the owner's of a preemptible one",
                 labels::RESERVED_TAINT,
                 labels::RESERVATION
             )
         })
     })
+}
+
+/// The value of the job's tier: its `gryvia.io/priority-class` annotation, else its tenant's
+/// default tier (0 without one, or for a tier that does not exist).
+fn tier_value(job: &GryviaAIJob, world: &AdmissionWorld) -> i32 {
+    annotation(job, labels::PRIORITY_CLASS)
+        .or_else(|| world.tenant.as_ref()?.default_tier.as_deref())
+        .and_then(|t| world.tiers.get(t))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The preemptible reservations the job outranks (its tier's value above the reservation's
+/// baseline), by name: it may use their nodes and the scheduler may preempt their owner's
+/// pods for it.
+pub fn preemptible_for(job: &GryviaAIJob, world: &AdmissionWorld) -> Vec<String> {
+    let value = tier_value(job, world);
+    world
+        .preemptible
+        .iter()
+        .filter(|(_, baseline)| value > **baseline)
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Decides whether a new job is admitted: the first check that fails, in order, denies it
@@ -731,7 +761,7 @@ pub fn validate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Decision {
         .or_else(|| check_quota(total, world.gpu_quota.as_ref()))
         .or_else(|| check_template(job, world.template.as_ref()))
         .or_else(|| check_reservation(job, world))
-        .or_else(|| check_tolerations(job))
+        .or_else(|| check_tolerations(job, world))
         .map_or_else(Decision::allow, Decision::deny)
 }
 
@@ -840,11 +870,12 @@ fn set_meta(
     }
 }
 
-/// The JSON Patch (RFC 6902) the mutating webhook returns for a new job of `tenant`'s
-/// namespace (`None`: of no tenant); empty when nothing is added. The tenant's default tier
-/// goes on a job that names none; its data classification on every job, replacing whatever
-/// the job says.
-pub fn mutate_job(job: &GryviaAIJob, tenant: Option<&TenantFacts>) -> Vec<Value> {
+/// The JSON Patch (RFC 6902) the mutating webhook returns for a new job; empty when nothing
+/// is added. From `world`: its tenant's default tier goes on a job that names none, the
+/// tenant's data classification on every job (replacing whatever the job says), and a
+/// toleration of every preemptible reservation the job's tier outranks.
+pub fn mutate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Vec<Value> {
+    let tenant = world.tenant.as_ref();
     let mut ops = Vec::new();
     let mut labels_now = job.metadata.labels.clone();
     if let Some(c) = tenant.and_then(|t| t.classification) {
@@ -877,16 +908,27 @@ pub fn mutate_job(job: &GryviaAIJob, tenant: Option<&TenantFacts>) -> Vec<Value>
         all.extend(extra);
         ops.push(json!({"op": "add", "path": "/spec/env", "value": all}));
     }
-    if let Some(r) = annotation(job, labels::RESERVATION) {
-        let toleration = json!({"key": labels::RESERVED_TAINT, "operator": "Equal", "value": r, "effect": "NoSchedule"});
-        let has = job.spec.tolerations.iter().any(|t| {
-            t.key.as_deref() == Some(labels::RESERVED_TAINT) && t.value.as_deref() == Some(r)
-        });
-        if !has {
-            let mut all = values(&job.spec.tolerations);
-            all.push(toleration);
-            ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": all}));
-        }
+    let mut tolerated: Vec<String> = preemptible_for(job, world);
+    let own = annotation(job, labels::RESERVATION);
+    if let Some(r) = own {
+        tolerated.push(r.to_owned());
+    }
+    let missing: Vec<Value> = tolerated
+        .iter()
+        .filter(|r| {
+            !job.spec.tolerations.iter().any(|t| {
+                t.key.as_deref() == Some(labels::RESERVED_TAINT)
+                    && t.value.as_deref() == Some(r.as_str())
+            })
+        })
+        .map(|r| json!({"key": labels::RESERVED_TAINT, "operator": "Equal", "value": r, "effect": "NoSchedule"}))
+        .collect();
+    if !missing.is_empty() {
+        let mut all = values(&job.spec.tolerations);
+        all.extend(missing);
+        ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": all}));
+    }
+    if let Some(r) = own {
         if job
             .spec
             .node_selector
@@ -1141,14 +1183,14 @@ mod tests {
         let tolerating = job(json!({"tolerations": [
             {"key": labels::RESERVED_TAINT, "operator": "Equal", "value": "r1"}]}));
         assert!(
-            check_tolerations(&tolerating)
+            check_tolerations(&tolerating, &AdmissionWorld::default())
                 .unwrap()
                 .starts_with("spec.tolerations[0]")
         );
         let j = annotated(tolerating, labels::RESERVATION, "r1");
-        assert!(check_tolerations(&j).is_none());
+        assert!(check_tolerations(&j, &AdmissionWorld::default()).is_none());
         let everything = job(json!({"tolerations": [{"operator": "Exists"}]}));
-        assert!(check_tolerations(&everything).is_some());
+        assert!(check_tolerations(&everything, &AdmissionWorld::default()).is_some());
     }
 
     #[test]
@@ -1409,7 +1451,11 @@ mod tests {
             classification: Some(DataClassification::Restricted),
             ..tenant()
         };
-        let ops = mutate_job(&job(json!({})), Some(&t));
+        let w = AdmissionWorld {
+            tenant: Some(t),
+            ..AdmissionWorld::default()
+        };
+        let ops = mutate_job(&job(json!({})), &w);
         assert!(ops.contains(&json!({"op": "add", "path": "/metadata/labels", "value": {"gryvia.io/data-classification": "restricted"}})), "{ops:?}");
         assert!(ops.contains(&json!({"op": "add", "path": "/metadata/annotations", "value": {"gryvia.io/priority-class": "normal"}})), "{ops:?}");
         // A job's own tier stays; its own classification label is replaced.
@@ -1424,11 +1470,54 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            meta(mutate_job(&j, Some(&t))),
+            meta(mutate_job(&j, &w)),
             vec![
                 json!({"op": "add", "path": "/metadata/labels/gryvia.io~1data-classification", "value": "restricted"})
             ]
         );
-        assert!(meta(mutate_job(&job(json!({})), None)).is_empty());
+        assert!(meta(mutate_job(&job(json!({})), &AdmissionWorld::default())).is_empty());
+    }
+
+    #[test]
+    fn a_job_of_a_tier_above_a_preemptible_reservations_baseline_tolerates_it() {
+        let world = AdmissionWorld {
+            tiers: tiers(),
+            preemptible: BTreeMap::from([("r-low".to_owned(), 100), ("r-high".to_owned(), 10_000)]),
+            ..AdmissionWorld::default()
+        };
+        let j = tiered("normal");
+        assert_eq!(preemptible_for(&j, &world), vec!["r-low".to_owned()]);
+        assert!(
+            preemptible_for(&job(json!({})), &world).is_empty(),
+            "value 0"
+        );
+        let ops = mutate_job(&j, &world);
+        let tol = ops
+            .iter()
+            .find(|o| o["path"] == "/spec/tolerations")
+            .expect("a toleration");
+        assert_eq!(
+            tol["value"],
+            json!([{"key": "gryvia.io/reserved", "operator": "Equal", "value": "r-low", "effect": "NoSchedule"}])
+        );
+        let mut mutated = j.clone();
+        mutated.spec.tolerations = serde_json::from_value(tol["value"].clone()).unwrap();
+        assert_eq!(check_tolerations(&mutated, &world), None);
+        assert!(
+            mutate_job(&mutated, &world)
+                .iter()
+                .all(|o| o["path"] != "/spec/tolerations"),
+            "idempotent"
+        );
+        let mut greedy = mutated.clone();
+        greedy.spec.tolerations = serde_json::from_value(json!([
+            {"key": "gryvia.io/reserved", "operator": "Equal", "value": "r-high", "effect": "NoSchedule"}
+        ]))
+        .unwrap();
+        assert!(
+            check_tolerations(&greedy, &world)
+                .unwrap()
+                .contains("or of a tier above the owner's of a preemptible one")
+        );
     }
 }

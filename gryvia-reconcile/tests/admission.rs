@@ -44,6 +44,7 @@ fn world() -> AdmissionWorld {
         reservation: None,
         tiers: BTreeMap::new(),
         requester: None,
+        preemptible: BTreeMap::new(),
         blocked_budgets: Vec::new(),
         spend: None,
     }
@@ -204,7 +205,7 @@ fn the_mutation_adds_the_reservations_toleration_and_node_selector_which_then_va
         "gryvia.io/reservation",
         "r1",
     );
-    let ops = mutate_job(&j, None);
+    let ops = mutate_job(&j, &AdmissionWorld::default());
     let mut doc = serde_json::to_value(&j).unwrap();
     let patch: json_patch_apply::Patch = ops.clone();
     json_patch_apply::apply(&mut doc, &patch);
@@ -221,7 +222,7 @@ fn the_mutation_adds_the_reservations_toleration_and_node_selector_which_then_va
     });
     assert!(validate_job(&mutated, &w).allowed);
     // Mutating the mutated job adds nothing more.
-    let again: Vec<Value> = mutate_job(&mutated, None)
+    let again: Vec<Value> = mutate_job(&mutated, &AdmissionWorld::default())
         .into_iter()
         .filter(|op| op["path"] != "/spec/env")
         .collect();
@@ -243,7 +244,7 @@ fn pytorch_jobs_get_torchrun_and_nccl_environment_without_overriding_the_users()
     assert_eq!(get("PET_NODE_RANK"), Some(json!("$(RANK)")));
     assert_eq!(get("NCCL_SOCKET_IFNAME"), Some(json!("^lo,docker0")));
     assert_eq!(get("NCCL_DEBUG"), None, "the job's own NCCL_DEBUG stays");
-    let ops = mutate_job(&j, None);
+    let ops = mutate_job(&j, &AdmissionWorld::default());
     let all = ops[0]["value"].as_array().unwrap();
     assert_eq!(all[0], json!({"name": "NCCL_DEBUG", "value": "INFO"}));
 }

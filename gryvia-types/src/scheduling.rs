@@ -411,7 +411,11 @@ pub struct ReservationGuarantees {
     /// evicted (through the Eviction API, newest first) when the owner's pods wait for room.
     #[serde(default = "default_true")]
     pub exclusive: bool,
-    /// Whether higher-priority work may take the nodes back.
+    /// Whether higher-priority work may take the reserved GPUs (an exclusive reservation):
+    /// jobs whose tier (GryviaPriority value) is above the owner tenant's default tier (0
+    /// without one, and for project and user owners) get a toleration of its taint from the
+    /// mutating webhook, so the scheduler places them on idle reserved GPUs and preempts the
+    /// owner's lower-priority pods for them. A non-exclusive reservation is open to all already.
     #[serde(default)]
     pub preemptible: bool,
     /// Promised service level.

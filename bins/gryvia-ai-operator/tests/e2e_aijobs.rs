@@ -1071,6 +1071,143 @@ async fn a_non_exclusive_reservation_lends_its_idle_gpus_and_evicts_the_borrower
 }
 
 #[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_higher_tier_takes_the_gpus_of_a_preemptible_reservation_and_not_of_another() {
+    use gryvia_types::ReservationPhase;
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let u = unique("e2e-soft");
+    let (tenant, product, soft, hard, urgent) = (
+        u.clone(),
+        unique("E2E-SOFT"),
+        format!("{u}-soft"),
+        format!("{u}-hard"),
+        format!("{u}-urgent"),
+    );
+    let nodes = KwokNodes::create_with_product(&client, "soft", 2, 8, &product)
+        .await
+        .unwrap();
+    let end = (jiff::Timestamp::now() + jiff::SignedDuration::from_mins(15)).to_string();
+    let reservation = |name: &str, preemptible: bool| {
+        json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaReservation", "metadata": {"name": name},
+               "spec": {"owner": {"type": "tenant", "name": tenant},
+                        "resources": {"gpuType": product, "gpuCount": 8},
+                        "schedule": {"type": "immediate", "endTime": end},
+                        "guarantees": {"preemptible": preemptible}}})
+    };
+    let _guards = [
+        cluster_object::<gryvia_types::GryviaTenant>(
+            &client,
+            json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
+                   "spec": {"displayName": "Soft"}}),
+        )
+        .await,
+        cluster_object::<GryviaPriority>(
+            &client,
+            json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority", "metadata": {"name": urgent},
+                   "spec": {"value": 1000}}),
+        )
+        .await,
+        cluster_object::<gryvia_types::GryviaReservation>(&client, reservation(&soft, true)).await,
+        cluster_object::<gryvia_types::GryviaReservation>(&client, reservation(&hard, false)).await,
+    ];
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-soft",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--enable-reservations"],
+    )
+    .await
+    else {
+        return;
+    };
+    for r in [&soft, &hard] {
+        wait_reservation(&s.client, r, "Active", Duration::from_secs(90), |st| {
+            st.phase == Some(ReservationPhase::Active)
+        })
+        .await;
+    }
+    let toleration =
+        json!([{"key": NODE_GROUP_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
+    // The owner fills both reservations with long jobs of no tier.
+    for (job, r) in [("owner-soft", &soft), ("owner-hard", &hard)] {
+        let body = json!({
+            "metadata": {"name": job, "annotations": {"gryvia.io/reservation": r}},
+            "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration,
+                     "podAnnotations": {"gryvia.io/testenv-duration": "600s"}}
+        });
+        // Retried until the webhook gives the reservation's toleration.
+        let jobs = s.jobs();
+        let ns = s.ns.name.clone();
+        wait_for(
+            "the webhook to tolerate the reservation",
+            Duration::from_secs(90),
+            || {
+                let jobs = jobs.clone();
+                let mut body = body.clone();
+                body["metadata"]["namespace"] = ns.clone().into();
+                async move {
+                    let j: GryviaAIJob = serde_json::from_value(body).unwrap();
+                    let made = jobs.create(&PostParams::default(), &j).await.ok()?;
+                    if made.spec.tolerations.len() == 2 {
+                        return Some(());
+                    }
+                    let _ = jobs.delete(job, &DeleteParams::default()).await;
+                    None
+                }
+            },
+        )
+        .await
+        .unwrap();
+        s.wait_phase(job, JobPhase::Running, Duration::from_secs(90))
+            .await;
+    }
+    let soft_pod = s.pods("owner-soft").await[0].clone();
+    let soft_node = soft_pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+
+    // An urgent job of the same tenant, naming no reservation: tolerated by the soft one only.
+    let made = s
+        .submit(json!({
+            "metadata": {"name": "urgent", "annotations": {"gryvia.io/priority-class": urgent}},
+            "spec": {"image": "img", "gpus": 8, "gpuType": product, "tolerations": toleration}
+        }))
+        .await;
+    let tolerated: Vec<Option<String>> = made
+        .spec
+        .tolerations
+        .iter()
+        .filter(|t| t.key.as_deref() == Some("gryvia.io/reserved"))
+        .map(|t| t.value.clone())
+        .collect();
+    assert_eq!(tolerated, vec![Some(soft.clone())]);
+    // The scheduler preempts the owner's pod on the soft reservation's node for it.
+    s.wait_phase("urgent", JobPhase::Succeeded, Duration::from_secs(120))
+        .await;
+    let urgent_pod = &s.pods("urgent").await[0];
+    assert_eq!(
+        urgent_pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(soft_node.as_str())
+    );
+    assert!(nodes.names.contains(&soft_node));
+    assert!(
+        s.pods("owner-soft")
+            .await
+            .iter()
+            .all(|p| p.metadata.uid != soft_pod.metadata.uid),
+        "the owner's pod was preempted"
+    );
+    let hard_pods = s.pods("owner-hard").await;
+    assert_eq!(hard_pods.len(), 1, "the other reservation kept its pod");
+    assert_eq!(phase(&hard_pods[0]), "Running");
+}
+
+#[tokio::test]
 async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes() {
     use gryvia_types::ReservationPhase;
     let Some(client) = gryvia_testsupport::client().await else {

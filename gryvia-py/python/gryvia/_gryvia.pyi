@@ -86,10 +86,11 @@ def admit_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> Dict[str, 
     """The validating admission webhook's decision: ``{"allowed", "message", "warnings"}``.
     ``world`` keys: ``tenant``, ``skus``, ``gpuQuota``, ``template``, ``reservation``."""
 
-def mutate_job(job: Any, tenant: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
-    """The mutating admission webhook's JSON Patch for a new job; ``tenant`` (``TenantFacts``
-    keys: ``name``, ``defaultTier``, ``classification``) adds its default tier and data
-    classification."""
+def mutate_job(job: Any, world: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """The mutating admission webhook's JSON Patch for a new job. ``world`` keys (as for
+    ``admit_job``): ``tenant`` (its ``defaultTier`` and ``classification`` are stamped on the
+    job), ``tiers`` (GryviaPriority values by name) and ``preemptible`` (preemptible
+    reservations and their baselines, tolerated by jobs of a higher tier)."""
 
 def schedule(world: Mapping[str, Any], now: Optional[str] = None) -> Dict[str, Any]:
     """One admission cycle of the native queue scheduler: ``world`` has ``queues`` (``name``,
