@@ -928,18 +928,17 @@ pub fn mutate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Vec<Value> {
         all.extend(missing);
         ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": all}));
     }
-    if let Some(r) = own {
-        if job
+    if let Some(r) = own
+        && job
             .spec
             .node_selector
             .get(labels::RESERVED_TAINT)
             .map(String::as_str)
             != Some(r)
-        {
-            let mut sel = job.spec.node_selector.clone();
-            sel.insert(labels::RESERVED_TAINT.to_owned(), r.to_owned());
-            ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": sel}));
-        }
+    {
+        let mut sel = job.spec.node_selector.clone();
+        sel.insert(labels::RESERVED_TAINT.to_owned(), r.to_owned());
+        ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": sel}));
     }
     ops
 }
