@@ -57,6 +57,7 @@ fn bench(c: &mut Criterion) {
         priority_class_exists: false,
         queued: false,
         kueue: None,
+        sla_seconds: None,
     };
     c.bench_function("reconcile_aijob/64_workers", |b| {
         b.iter(|| AIJobReconciler.reconcile(black_box(&j), black_box(&world), now))

@@ -79,6 +79,8 @@ fn job(i: usize, queues: usize, offset: usize) -> JobInfo {
         live: BTreeMap::new(),
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
+        sla_seconds: None,
+        quota_override_percent: 0,
     }
 }
 
@@ -166,6 +168,8 @@ fn kueue_baseline() -> QueueWorld {
                     live: BTreeMap::new(),
                     node_selector: BTreeMap::new(),
                     tolerations: Vec::new(),
+                    sla_seconds: None,
+                    quota_override_percent: 0,
                 });
             }
         }

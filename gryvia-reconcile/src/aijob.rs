@@ -285,6 +285,9 @@ pub struct AIJobWorld {
     pub nodes: BTreeMap<String, ObservedNode>,
     /// The PriorityClass the annotation names, when it exists.
     pub priority_class_exists: bool,
+    /// `sla.maxQueueSeconds` of the GryviaPriority the annotation names, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_seconds: Option<i64>,
     /// With the Kueue integration: the job's LocalQueue, priority class and Workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<KueueJobWorld>,
@@ -1808,6 +1811,95 @@ impl crate::Reconcile for AIJobReconciler {
     }
 
     fn reconcile(
+        &self,
+        job: &GryviaAIJob,
+        world: &AIJobWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaAIJobStatus> {
+        let mut plan = self.lifecycle(job, world, now);
+        track_sla(&mut plan, job, world, now);
+        plan
+    }
+}
+
+/// Condition type: the job waited longer to start than its tier's `sla.maxQueueSeconds`
+/// (True, with a Warning Event), or started within it (False).
+pub const SLA_BREACHED: &str = "SLABreached";
+
+/// Records the job's wait against its tier's SLA: while it has not started, `SLABreached`
+/// turns True once it has waited longer than `maxQueueSeconds` (a Warning Event; a reconcile
+/// is asked for that moment); when it starts in time, False with how long it waited. Once
+/// set, the outcome stays.
+pub fn track_sla(
+    plan: &mut Plan<GryviaAIJobStatus>,
+    job: &GryviaAIJob,
+    world: &AIJobWorld,
+    now: Timestamp,
+) {
+    let Some(sla) = world.sla_seconds else {
+        return;
+    };
+    let owned = job.status.clone().map(without_queue_fields);
+    let mut status = plan
+        .status
+        .clone()
+        .or_else(|| owned.clone())
+        .unwrap_or_default();
+    if conditions::find(&status.conditions, SLA_BREACHED).is_some() {
+        return;
+    }
+    let Some(created) = job.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+        return;
+    };
+    let tier = priority_class_of(job).unwrap_or_default();
+    let started = status.start_time.as_ref().map(|t| t.0);
+    let waited = (started.unwrap_or(now) - created).get_seconds().max(0);
+    let (value, reason, message) = match started {
+        _ if waited > sla => (
+            Status::True,
+            "QueueTimeExceeded",
+            format!(
+                "waited {waited} s{}, past tier {tier}'s SLA of {sla} s (sla.maxQueueSeconds)",
+                if started.is_some() {
+                    " to start"
+                } else {
+                    " and has not started"
+                }
+            ),
+        ),
+        Some(_) => (
+            Status::False,
+            "StartedInTime",
+            format!("started after {waited} s, within tier {tier}'s SLA of {sla} s"),
+        ),
+        None if status.phase.is_some_and(JobPhase::is_finished) => return,
+        None => {
+            plan.requeue(Duration::from_secs(
+                u64::try_from(sla - waited + 1).unwrap_or(1),
+            ));
+            return;
+        }
+    };
+    if value == Status::True {
+        plan.event(EventType::Warning, "SLABreached", message.clone());
+    }
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            SLA_BREACHED,
+            value,
+            reason,
+            message,
+            job.metadata.generation,
+            now,
+        ),
+    );
+    plan.set_status_if_changed(owned.as_ref(), status);
+}
+
+impl AIJobReconciler {
+    /// The job's lifecycle: what it makes exist and what its status says (without the SLA).
+    fn lifecycle(
         &self,
         job: &GryviaAIJob,
         world: &AIJobWorld,

@@ -134,6 +134,41 @@ pub fn priority_class(prio: &GryviaPriority) -> PriorityClass {
 pub struct PriorityWorld {
     /// The existing PriorityClass.
     pub class: Option<ObservedClass>,
+    /// The tier's jobs judged against its SLA (an `SLABreached` condition), and of those the
+    /// breaches.
+    #[serde(default)]
+    pub sla: (i32, i32),
+}
+
+/// The jobs of `jobs` judged against the SLA of tier `name` (their `SLABreached` condition),
+/// and of those the breaches.
+pub fn sla_counts<'a>(
+    name: &str,
+    jobs: impl IntoIterator<Item = &'a gryvia_types::GryviaAIJob>,
+) -> (i32, i32) {
+    let mut out = (0, 0);
+    for j in jobs {
+        let tier = j
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::PRIORITY_CLASS));
+        if tier.map(String::as_str) != Some(name) {
+            continue;
+        }
+        let Some(c) = j
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, crate::aijob::SLA_BREACHED))
+        else {
+            continue;
+        };
+        out.0 += 1;
+        if c.status == "True" {
+            out.1 += 1;
+        }
+    }
+    out
 }
 
 /// The string Kubernetes uses for a preemption policy.
@@ -228,6 +263,9 @@ impl crate::Reconcile for PriorityReconciler {
             }
         };
         conditions::set(&mut status.conditions, cond);
+        let with_sla = prio.spec.sla.is_some();
+        status.sla_jobs = with_sla.then_some(world.sla.0);
+        status.sla_breaches = with_sla.then_some(world.sla.1);
         plan.set_status_if_changed(prio.status.as_ref(), status);
         plan
     }

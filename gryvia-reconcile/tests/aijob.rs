@@ -1144,3 +1144,85 @@ fn the_workers_of_an_admitted_job_can_read_a_preemption_notice() {
         Some("spec.volumes: the name gryvia-notice is reserved for the preemption notice")
     );
 }
+
+#[test]
+fn a_job_waiting_past_its_tiers_sla_is_marked_breached_once_and_one_started_in_time_is_not() {
+    use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let mut j = job_with(json!({}));
+    j.metadata.annotations = Some(BTreeMap::from([(
+        "gryvia.io/priority-class".to_owned(),
+        "gold".to_owned(),
+    )]));
+    j.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(100)));
+    let w = AIJobWorld {
+        sla_seconds: Some(300),
+        ..AIJobWorld::default()
+    };
+    let cond = |p: &Plan<GryviaAIJobStatus>| {
+        p.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "SLABreached")
+                .cloned()
+        })
+    };
+    // Waiting 100 s of 300: nothing yet, a reconcile asked for when the SLA runs out.
+    let p = run(&j, &w);
+    assert!(cond(&p).is_none());
+    assert!(
+        p.requeue_after_ms.unwrap() <= 201_000,
+        "{:?}",
+        p.requeue_after_ms
+    );
+    // Waiting 400 s: breached, with a Warning Event.
+    j.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(400)));
+    let p = run(&j, &w);
+    let c = cond(&p).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "QueueTimeExceeded")
+    );
+    assert_eq!(
+        c.message,
+        "waited 400 s and has not started, past tier gold's SLA of 300 s (sla.maxQueueSeconds)"
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == "SLABreached" && e.type_ == EventType::Warning)
+    );
+    // Recorded once: the next reconcile keeps it and raises no Event.
+    j.status = p.status.clone();
+    let again = run(&j, &w);
+    assert!(again.events.iter().all(|e| e.reason != "SLABreached"));
+    assert_eq!(
+        again
+            .status
+            .as_ref()
+            .map_or(&j.status.as_ref().unwrap().conditions, |s| &s.conditions)
+            .iter()
+            .filter(|c| c.type_ == "SLABreached")
+            .count(),
+        1
+    );
+    // Started after 60 s: within the SLA.
+    let mut on_time = job_with(json!({}));
+    on_time.metadata.annotations = j.metadata.annotations.clone();
+    on_time.metadata.creation_timestamp = Some(Time(now() - jiff::SignedDuration::from_secs(400)));
+    on_time.status = Some(GryviaAIJobStatus {
+        start_time: Some(Time(now() - jiff::SignedDuration::from_secs(340))),
+        phase: Some(JobPhase::Running),
+        ..GryviaAIJobStatus::default()
+    });
+    let c = cond(&run(&on_time, &w)).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "StartedInTime")
+    );
+    assert_eq!(
+        c.message,
+        "started after 60 s, within tier gold's SLA of 300 s"
+    );
+    // No SLA: no condition.
+    assert!(cond(&run(&on_time, &AIJobWorld::default())).is_none());
+}

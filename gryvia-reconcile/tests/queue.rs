@@ -73,6 +73,8 @@ fn job(ns: &str, name: &str, workers: u32, gpus: u32, age: i64) -> JobInfo {
         live: BTreeMap::new(),
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
+        sla_seconds: None,
+        quota_override_percent: 0,
     }
 }
 
@@ -1159,4 +1161,84 @@ fn a_job_that_would_preempt_only_to_delay_a_head_holds_back_no_lower_job() {
         reason(&c, "ml", "one"),
         "needs 1 GPU of NVIDIA-H100-80GB-HBM3; queue ml has 0 of 10 nominal free"
     );
+}
+
+#[test]
+fn a_job_waiting_past_its_tiers_sla_goes_ahead_of_its_tier_within_theirs() {
+    // Quota for one 8-GPU job at a time; two wait behind a running one.
+    let mut urgent = job("ml", "higher-priority", 1, 8, 5);
+    urgent.priority = 90;
+    let mut late = job("ml", "late", 1, 8, 30);
+    late.sla_seconds = Some(600);
+    let w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![urgent.clone(), late.clone()],
+    );
+    assert!(late.past_sla(now()), "waited 30 min against 10");
+    assert!(!urgent.past_sla(now()));
+    assert_eq!(admitted(&cycle(&w, now())), vec!["late"]);
+    // Within its SLA, spec.priority decides.
+    late.sla_seconds = Some(3600);
+    let w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8)],
+        vec![urgent, late.clone()],
+    );
+    assert_eq!(admitted(&cycle(&w, now())), vec!["higher-priority"]);
+    // A higher tier still goes first.
+    let mut tier = job("ml", "higher-tier", 1, 8, 1);
+    tier.class_value = 1000;
+    late.sla_seconds = Some(60);
+    let w = world(vec![queue("ml", 8)], vec![node("n1", 8)], vec![tier, late]);
+    assert_eq!(admitted(&cycle(&w, now())), vec!["higher-tier"]);
+}
+
+#[test]
+fn a_tier_with_a_quota_override_is_admitted_over_the_queues_quota_by_its_share() {
+    // Nominal 8, all used; the override tier may use 50 % of 8 = 4 more.
+    let mut running = job("ml", "running", 1, 8, 10);
+    let first = cycle(
+        &world(
+            vec![queue("ml", 8)],
+            vec![node("n1", 8), node("n2", 8)],
+            vec![running.clone()],
+        ),
+        now(),
+    );
+    running.state = JobState::Admitted(first.admitted[0].admission.clone());
+    running.live = BTreeMap::from([(first.admitted[0].admission.nodes[0].clone(), 1)]);
+    let mut plain = job("ml", "plain", 1, 4, 3);
+    plain.class_value = 500;
+    let mut over = job("ml", "over", 1, 4, 2);
+    over.class_value = 500;
+    over.quota_override_percent = 50;
+    let mut too_big = job("ml", "too-big", 1, 8, 1);
+    too_big.class_value = 500;
+    too_big.quota_override_percent = 50;
+    let mut w = world(
+        vec![queue("ml", 8)],
+        vec![node("n1", 8), node("n2", 8)],
+        vec![running, plain, over, too_big],
+    );
+    w.queues[0].strategy = QueueingStrategy::BestEffortFIFO;
+    let c = cycle(&w, now());
+    assert_eq!(admitted(&c), vec!["over"]);
+    let a = &c.admitted[0].admission;
+    assert_eq!(
+        (a.over_quota_milli_gpus, a.borrowed_milli_gpus),
+        (4 * ONE_GPU, 0)
+    );
+    assert!(reason(&c, "ml", "plain").contains("0 of 8 nominal free"));
+    assert!(reason(&c, "ml", "too-big").contains("0 of 8 nominal free"));
+    // The queue's status counts what is used over its quota as used and borrowed.
+    assert_eq!(c.queues["ml"].entries[H100], (12 * ONE_GPU, 4 * ONE_GPU, 0));
+    // Charged as admitted: the allowance is used up in the next cycle.
+    apply(&mut w, &c);
+    let mut another = job("ml", "another", 1, 1, 0);
+    another.class_value = 500;
+    another.quota_override_percent = 50;
+    w.jobs.push(another);
+    let c = cycle(&w, now());
+    assert!(c.admitted.is_empty(), "{:?}", admitted(&c));
 }

@@ -99,6 +99,8 @@ fn job(queues: usize) -> impl Strategy<Value = JobInfo> {
                 live: BTreeMap::new(),
                 node_selector: BTreeMap::new(),
                 tolerations: Vec::new(),
+                sla_seconds: None,
+                quota_override_percent: 0,
             },
         )
 }
@@ -239,7 +241,7 @@ fn check_strict(before: &QueueWorld, c: &Cycle) -> Result<(), TestCaseError> {
             .iter()
             .filter(|j| j.key.namespace == q.name && j.state == JobState::Pending)
             .collect();
-        order.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        order.sort_by(|a, b| a.order_key(now()).cmp(&b.order_key(now())));
         let admitted = |j: &JobInfo| c.admitted.iter().any(|a| a.job == j.key);
         if let Some(first_left) = order.iter().position(|j| !admitted(j)) {
             for later in &order[first_left..] {
@@ -291,6 +293,8 @@ fn like_jobs(queues: usize) -> impl Strategy<Value = Vec<JobInfo>> {
                 live: BTreeMap::new(),
                 node_selector: BTreeMap::new(),
                 tolerations: Vec::new(),
+                sla_seconds: None,
+                quota_override_percent: 0,
             })
             .collect()
     })
@@ -430,11 +434,11 @@ proptest! {
                 .filter(|j| {
                     j.key.namespace == v.key.namespace
                         && c1.pending.contains_key(&j.key)
-                        && j.order_key() < v.order_key()
+                        && j.order_key(now()) < v.order_key(now())
                         && v.ranks_below(j)
                 })
                 .collect();
-            ahead.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+            ahead.sort_by(|a, b| a.order_key(now()).cmp(&b.order_key(now())));
             ahead.iter().take(PREEMPTION_LOOKBACK).any(|j| j.key.to_string() == by)
         };
         apply(&mut w, &c1, false);
@@ -478,7 +482,7 @@ proptest! {
         w.jobs.extend(extra);
         let c = cycle(&w, now());
         let mut pending: Vec<&JobInfo> = w.jobs.iter().filter(|j| j.state == JobState::Pending).collect();
-        pending.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        pending.sort_by(|a, b| a.order_key(now()).cmp(&b.order_key(now())));
         let admitted = |j: &JobInfo| c.admitted.iter().any(|a| a.job == j.key);
         let Some(head) = pending.iter().position(|j| !admitted(j)) else {
             return Ok(());

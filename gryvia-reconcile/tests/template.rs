@@ -259,6 +259,7 @@ fn a_changed_value_replaces_the_immutable_priority_class() {
             preemption_policy: "PreemptLowerPriority".into(),
             managed: true,
         }),
+        ..PriorityWorld::default()
     };
     let plan = PriorityReconciler.reconcile(&priority(1000, "PreemptLowerPriority"), &w, now());
     assert!(plan.apply.is_empty());
@@ -281,6 +282,7 @@ fn a_priority_class_someone_else_made_is_reported_not_touched() {
             preemption_policy: "Never".into(),
             managed: false,
         }),
+        ..PriorityWorld::default()
     };
     let plan = PriorityReconciler.reconcile(&priority(1000, "Never"), &w, now());
     assert!(plan.apply.is_empty() && plan.delete.is_empty());
@@ -288,4 +290,48 @@ fn a_priority_class_someone_else_made_is_reported_not_touched() {
         plan.status.unwrap().conditions[0].reason,
         "PriorityClassConflict"
     );
+}
+
+#[test]
+fn a_tier_with_an_sla_counts_its_jobs_outcomes() {
+    use gryvia_reconcile::priority::sla_counts;
+    let outcome = |name: &str, tier: &str, breached: Option<&str>| -> gryvia_types::GryviaAIJob {
+        let mut j = gryvia_types::testing::ai_job("ns", name, "img");
+        j.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            "gryvia.io/priority-class".to_owned(),
+            tier.to_owned(),
+        )]));
+        if let Some(s) = breached {
+            j.status = Some(
+                serde_json::from_value(serde_json::json!({"conditions": [{
+                "type": "SLABreached", "status": s, "reason": "r", "message": "m",
+                "lastTransitionTime": "2026-12-03T00:00:00Z"}]}))
+                .unwrap(),
+            );
+        }
+        j
+    };
+    let jobs = [
+        outcome("a", "high", Some("True")),
+        outcome("b", "high", Some("False")),
+        outcome("c", "high", None),
+        outcome("d", "low", Some("True")),
+    ];
+    assert_eq!(sla_counts("high", &jobs), (2, 1));
+    let mut p = priority(1000, "Never");
+    let w = PriorityWorld {
+        sla: (2, 1),
+        ..PriorityWorld::default()
+    };
+    let s = PriorityReconciler.reconcile(&p, &w, now()).status.unwrap();
+    assert_eq!(
+        (s.sla_jobs, s.sla_breaches),
+        (None, None),
+        "no SLA, no counts"
+    );
+    p.spec.sla = Some(gryvia_types::PrioritySla {
+        max_queue_seconds: 60,
+    });
+    let s = PriorityReconciler.reconcile(&p, &w, now()).status.unwrap();
+    assert_eq!((s.sla_jobs, s.sla_breaches), (Some(2), Some(1)));
 }

@@ -428,8 +428,16 @@ pub struct JobAdmission {
     /// Part of the charge borrowed from the cohort, in thousandths of a GPU.
     #[serde(default)]
     pub borrowed_milli_gpus: i64,
+    /// Part of the charge over the queue's quota, allowed by the job's tier
+    /// (`quotaOverride.percent` of the entry's nominal), in thousandths of a GPU.
+    #[serde(default, skip_serializing_if = "no_milli")]
+    pub over_quota_milli_gpus: i64,
     /// When it was admitted.
     pub admitted_at: Time,
+}
+
+fn no_milli(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Where a job waits in its queue.

@@ -45,10 +45,13 @@ pub struct GryviaPrioritySpec {
     /// What the tier is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// How far jobs of this tier may exceed their tenant's GPU quota.
+    /// How far jobs of this tier may exceed their native queue's GPU quota (the native queue
+    /// scheduler admits them over a quota entry's nominal by that share of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_override: Option<QuotaOverride>,
-    /// Service level promised to jobs of this tier.
+    /// Service level promised to jobs of this tier: a job waiting longer to start gets the
+    /// condition `SLABreached` and a Warning Event, goes ahead of its tier's jobs within
+    /// theirs in its native queue, and is counted in `status.slaBreaches`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sla: Option<PrioritySla>,
 }
@@ -67,7 +70,8 @@ pub enum PreemptionPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QuotaOverride {
-    /// Extra GPUs, as a percentage of the tenant's `concurrentGPUs`.
+    /// Extra GPUs, as a percentage of the queue's quota entry (`nominal`): the tier's jobs
+    /// together may use that much over the queue's quota and what it may borrow.
     #[schemars(range(min = 0, max = 100))]
     pub percent: i32,
 }
@@ -88,6 +92,13 @@ pub struct GryviaPriorityStatus {
     /// Name of the PriorityClass made from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+    /// With `sla`: the tier's jobs (of those that exist now) judged against it, having
+    /// started or waited past `maxQueueSeconds` (their `SLABreached` condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_jobs: Option<i32>,
+    /// With `sla`: of those, the jobs that waited longer than `maxQueueSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_breaches: Option<i32>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

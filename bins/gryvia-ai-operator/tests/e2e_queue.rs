@@ -898,3 +898,127 @@ async fn the_leader_killed_during_a_burst_of_300_jobs_admits_each_exactly_once()
         "no node given more GPUs than it has: {per_node:?}"
     );
 }
+
+/// Creates GryviaPriority `name` with `spec`, deleted when the guard drops.
+async fn tier(client: &kube::Client, name: &str, spec: Value) -> impl Drop {
+    use gryvia_types::GryviaPriority;
+    let p: GryviaPriority =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    Api::<GryviaPriority>::all(client.clone())
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let name = self.0.clone();
+            gryvia_testsupport::on_drop(move |c| async move {
+                let _ = Api::<GryviaPriority>::all(c)
+                    .delete(&name, &DeleteParams::default())
+                    .await;
+            });
+        }
+    }
+    Gone(name.to_owned())
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_goes_first() {
+    use gryvia_types::GryviaPriority;
+    let Some(s) = Setup::new("q-tiers", 1).await else {
+        return;
+    };
+    let _nodes = KwokNodes::create_with_product(&s.client, "qt", 2, 8, &s.product)
+        .await
+        .unwrap();
+    let (gold, silver) = (unique("gold"), unique("silver"));
+    // Same value: only the SLA tells them apart.
+    let _gold = tier(
+        &s.client,
+        &gold,
+        json!({"value": 100, "sla": {"maxQueueSeconds": 5}, "quotaOverride": {"percent": 50}}),
+    )
+    .await;
+    let _silver = tier(&s.client, &silver, json!({"value": 100})).await;
+    let queue = s
+        .queue(
+            "tiers",
+            json!({"resources": [{"gpuType": s.product, "nominal": 8}],
+                   "queueingStrategy": "BestEffortFIFO"}),
+        )
+        .await;
+    let submit_tier = |name: &'static str, gpus: i32, tier: &str, priority: i32| {
+        let mut body = s.job_body(name, gpus, 1, &json!({"priority": priority}));
+        body["metadata"]["annotations"] = json!({"gryvia.io/priority-class": tier});
+        s.submit_in(&s.ns.name, body)
+    };
+    // The queue's quota is used up by a job of no tier.
+    s.submit("fill", 8, 1, json!({})).await;
+    s.wait_running("fill").await;
+    // A gold job goes over the quota by up to half of it.
+    submit_tier("over", 4, &gold, 50).await;
+    let over = s.wait_running("over").await;
+    let a = over.status.unwrap().admission.unwrap();
+    assert_eq!((a.over_quota_milli_gpus, a.milli_gpus), (4000, 4000));
+    s.wait_queue(&queue, "12 in use, 4 over", |q| {
+        q.status.as_ref().is_some_and(|st| {
+            st.gpus_in_use.get(&s.product) == Some(&12.0)
+                && st.gpus_borrowed.get(&s.product) == Some(&4.0)
+        })
+    })
+    .await;
+
+    // Two wait: a gold one of low spec.priority, then a silver one of high.
+    submit_tier("late", 8, &gold, 10).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    submit_tier("eager", 8, &silver, 90).await;
+    let late = s
+        .wait_job("late", "past its SLA", |j| {
+            j.status.as_ref().is_some_and(|st| {
+                st.conditions
+                    .iter()
+                    .any(|c| c.type_ == "SLABreached" && c.status == "True")
+            })
+        })
+        .await;
+    let c = late
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "SLABreached")
+        .unwrap();
+    assert_eq!(c.reason, "QueueTimeExceeded");
+    assert!(
+        c.message
+            .contains(&format!("past tier {gold}'s SLA of 5 s")),
+        "{}",
+        c.message
+    );
+    let tiers: Api<GryviaPriority> = Api::all(s.client.clone());
+    wait_object(
+        &tiers,
+        &gold,
+        "one breach counted",
+        Duration::from_secs(60),
+        |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|st| st.sla_breaches == Some(1))
+        },
+    )
+    .await;
+    // The queue frees 8 GPUs: the job past its SLA goes before the higher spec.priority.
+    s.wait_queued("eager").await;
+    s.delete_job("fill").await;
+    s.wait_running("late").await;
+    let eager = s.jobs().get("eager").await.unwrap();
+    assert!(
+        !admitted(&eager),
+        "the silver job waits behind the late gold one"
+    );
+}

@@ -12,7 +12,7 @@ use gryvia_reconcile::aijob::{
 };
 use gryvia_reconcile::kueue::{LOCAL_QUEUE, ObservedWorkload, covers, local_queue_for};
 use gryvia_types::kueue::{self, LocalQueue, Workload, WorkloadPriorityClass};
-use gryvia_types::scheduling::GryviaQueue;
+use gryvia_types::scheduling::{GryviaPriority, GryviaQueue};
 use gryvia_types::{GryviaAIJob, GryviaTenant, labels};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -35,6 +35,8 @@ pub struct AIJobObserver {
     pods: Store<Pod>,
     nodes: Store<Node>,
     classes: Store<PriorityClass>,
+    /// The tiers (their SLA).
+    tiers: Store<GryviaPriority>,
     /// How jobs are scheduled.
     scheduling: Scheduling,
     /// The queues, with the native queue (a job of a namespace one covers waits for its
@@ -74,6 +76,7 @@ impl AIJobObserver {
             pods: shared.caches.store_labelled(labels::JOB_NAME),
             nodes: shared.caches.store(),
             classes: shared.caches.store(),
+            tiers: shared.caches.store(),
             scheduling,
             queues: (scheduling != Scheduling::Direct).then(|| shared.caches.store()),
             kueue: (scheduling == Scheduling::Kueue).then(|| KueueStores {
@@ -169,6 +172,7 @@ impl Observe for AIJobObserver {
         wait_ready(&self.pods, "Pod").await?;
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.classes, "PriorityClass").await?;
+        wait_ready(&self.tiers, "GryviaPriority").await?;
         let name = job.name_any();
         let ns = job.namespace().unwrap_or_default();
         let uid = job.uid().unwrap_or_default();
@@ -203,12 +207,18 @@ impl Observe for AIJobObserver {
             .annotations()
             .get(labels::PRIORITY_CLASS)
             .is_some_and(|pc| cached(&self.classes, None, pc).is_some());
+        let sla_seconds = job
+            .annotations()
+            .get(labels::PRIORITY_CLASS)
+            .and_then(|t| cached(&self.tiers, None, t))
+            .and_then(|t| t.spec.sla.as_ref().map(|s| s.max_queue_seconds));
         Ok(AIJobWorld {
             queued: self.queued(&ns).await?,
             job: batch,
             pods,
             nodes,
             priority_class_exists,
+            sla_seconds,
             kueue,
         })
     }

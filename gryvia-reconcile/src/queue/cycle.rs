@@ -81,6 +81,8 @@ pub(super) struct Fit {
     pub per_worker: u32,
     pub nodes: Vec<String>,
     pub borrowed: Milli,
+    /// Charged over the queue's quota by the job's tier's `quotaOverride`.
+    pub over: Milli,
 }
 
 /// The quota and node room of the cluster as a cycle goes: admissions charge it, releases
@@ -220,14 +222,20 @@ impl State {
     }
 
     pub fn hold(&mut self, job: &JobInfo, a: &JobAdmission) {
-        self.ledger.charge(&a.queue, &a.gpu_type, a.milli_gpus);
+        let over = a.over_quota_milli_gpus.clamp(0, a.milli_gpus);
+        self.ledger
+            .charge(&a.queue, &a.gpu_type, a.milli_gpus - over);
+        self.ledger.charge_over(&a.queue, &a.gpu_type, over);
         for (i, slot, units) in self.footprint(job, a) {
             self.add_units(i, &slot, units, true);
         }
     }
 
     pub fn unhold(&mut self, job: &JobInfo, a: &JobAdmission) {
-        self.ledger.release(&a.queue, &a.gpu_type, a.milli_gpus);
+        let over = a.over_quota_milli_gpus.clamp(0, a.milli_gpus);
+        self.ledger
+            .release(&a.queue, &a.gpu_type, a.milli_gpus - over);
+        self.ledger.charge_over(&a.queue, &a.gpu_type, -over);
         for (i, slot, units) in self.footprint(job, a) {
             self.add_units(i, &slot, units, false);
         }
@@ -296,14 +304,26 @@ impl State {
                 per_worker: 0,
                 nodes: Vec::new(),
                 borrowed: 0,
+                over: 0,
             }));
         }
         let need = job.demand();
         let mut first: Option<Shortfall> = None;
         let mut needs_borrowing = false;
         for (entry, product) in self.options(queue, job)? {
-            let borrowed = match self.ledger.check(&queue.name, entry, need) {
-                Ok(b) => b,
+            let (borrowed, over) = match self.ledger.check(&queue.name, entry, need) {
+                Ok(b) => (b, 0),
+                Err(_)
+                    if job.quota_override_percent > 0
+                        && self.ledger.check_over(
+                            &queue.name,
+                            entry,
+                            need,
+                            job.quota_override_percent,
+                        ) =>
+                {
+                    (0, need)
+                }
                 Err(s) => {
                     first.get_or_insert(Shortfall::Quota {
                         need,
@@ -327,6 +347,7 @@ impl State {
                         per_worker,
                         nodes,
                         borrowed,
+                        over,
                     }));
                 }
                 Err(s) => {
@@ -470,6 +491,7 @@ impl State {
             milli_gpus: job.demand(),
             nodes: fit.nodes.clone(),
             borrowed_milli_gpus: fit.borrowed,
+            over_quota_milli_gpus: fit.over,
             admitted_at: Time(now),
         };
         self.hold(job, &a);
@@ -518,6 +540,7 @@ pub(super) struct HeadReservation {
 /// still holds an admission.
 fn take_stock(
     world: &QueueWorld,
+    now: Timestamp,
     ns_queue: &BTreeMap<&str, usize>,
     state: &mut State,
     out: &mut Cycle,
@@ -544,7 +567,7 @@ fn take_stock(
             }
         }
     }
-    pending.sort_by(|&a, &b| jobs[a].order_key().cmp(&jobs[b].order_key()));
+    pending.sort_by(|&a, &b| jobs[a].order_key(now).cmp(&jobs[b].order_key(now)));
     (pending, running)
 }
 
@@ -578,7 +601,7 @@ fn run(world: &QueueWorld, now: Timestamp, like_jobs_once: bool, standings: bool
         ..Cycle::default()
     };
     let mut state = State::new(queues, &world.nodes);
-    let (pending, running) = take_stock(world, &ns_queue, &mut state, &mut out);
+    let (pending, running) = take_stock(world, now, &ns_queue, &mut state, &mut out);
     // The queue of each pending job, looked up once.
     let mut queue_of: Vec<usize> = vec![usize::MAX; jobs.len()];
     for &ji in &pending {
@@ -769,6 +792,7 @@ fn shape_hash(job: &JobInfo) -> u64 {
         job.share,
         job.class_value,
         job.priority,
+        job.quota_override_percent,
     )
         .hash(&mut h);
     (&job.reservation, job.expected_seconds, job.grace_seconds).hash(&mut h);
@@ -782,6 +806,7 @@ fn same_shape(a: &JobInfo, b: &JobInfo) -> bool {
         && a.share == b.share
         && a.class_value == b.class_value
         && a.priority == b.priority
+        && a.quota_override_percent == b.quota_override_percent
         && a.reservation == b.reservation
         && a.expected_seconds == b.expected_seconds
         && a.grace_seconds == b.grace_seconds

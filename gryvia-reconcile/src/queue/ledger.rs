@@ -37,6 +37,8 @@ struct Account {
     cohort: Option<String>,
     entries: BTreeMap<String, QuotaEntry>,
     used: BTreeMap<String, Milli>,
+    /// Used over the quota by tiers with a `quotaOverride` (outside the cohort's pool).
+    over: BTreeMap<String, Milli>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -78,6 +80,7 @@ impl Ledger {
                     cohort: q.cohort.clone(),
                     entries,
                     used: BTreeMap::new(),
+                    over: BTreeMap::new(),
                 },
             );
         }
@@ -131,6 +134,31 @@ impl Ledger {
             Ok(above(after, e.nominal) - above(used, e.nominal))
         } else {
             Err(short((pool.size - pool.drawn).max(0)))
+        }
+    }
+
+    /// Whether `queue` can take `amount` more of `entry` over its quota for a tier that may
+    /// exceed it by `percent` of the entry's nominal (what such jobs use over it counts
+    /// against that allowance, never against the cohort's pool).
+    pub fn check_over(&self, queue: &str, entry: &str, amount: Milli, percent: i32) -> bool {
+        let Some(acct) = self.queues.get(queue) else {
+            return false;
+        };
+        let Some(e) = acct.entries.get(entry) else {
+            return false;
+        };
+        let allowance = e.nominal.saturating_mul(Milli::from(percent.clamp(0, 100))) / 100;
+        acct.over.get(entry).copied().unwrap_or(0) + amount <= allowance
+    }
+
+    /// Charges `amount` (negative: gives back) of `entry` to `queue` over its quota.
+    pub fn charge_over(&mut self, queue: &str, entry: &str, amount: Milli) {
+        if amount == 0 {
+            return;
+        }
+        if let Some(acct) = self.queues.get_mut(queue) {
+            let o = acct.over.entry(entry.to_owned()).or_insert(0);
+            *o = (*o + amount).max(0);
         }
     }
 
@@ -200,11 +228,15 @@ impl Ledger {
             .values()
             .map(|e| {
                 let used = acct.used.get(&e.gpu_type).copied().unwrap_or(0);
+                let over = acct.over.get(&e.gpu_type).copied().unwrap_or(0);
                 let lent = acct
                     .cohort
                     .as_deref()
                     .map_or(0, |c| self.lent(c, &e.gpu_type, queue));
-                (e.gpu_type.clone(), (used, above(used, e.nominal), lent))
+                (
+                    e.gpu_type.clone(),
+                    (used + over, above(used, e.nominal) + over, lent),
+                )
             })
             .collect()
     }

@@ -321,6 +321,18 @@ pub struct JobInfo {
     /// `spec.tolerations`: taints its nodes may have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<JobToleration>,
+    /// Its tier's `sla.maxQueueSeconds`: waiting longer, it goes ahead of every job of its
+    /// tier within their SLA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla_seconds: Option<i64>,
+    /// Its tier's `quotaOverride.percent`: when its queue's quota is used up, it may still be
+    /// admitted over the quota entry's nominal by that share of it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quota_override_percent: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl JobInfo {
@@ -371,7 +383,17 @@ impl JobInfo {
             live,
             node_selector: job.spec.node_selector.clone(),
             tolerations: job.spec.tolerations.iter().map(JobToleration::of).collect(),
+            sla_seconds: None,
+            quota_override_percent: 0,
         })
+    }
+
+    /// Whether it waits for admission past its tier's SLA at `now`.
+    pub fn past_sla(&self, now: Timestamp) -> bool {
+        matches!(self.state, JobState::Pending)
+            && self
+                .sla_seconds
+                .is_some_and(|s| (now - self.created).get_seconds() > s)
     }
 
     /// Quota the whole job needs.
@@ -397,18 +419,21 @@ impl JobInfo {
             .ok()
     }
 
-    /// Priority order: class value, then `spec.priority` (both higher first), then older
-    /// first, then by name.
+    /// Priority order at `now`: class value, then jobs waiting past their tier's SLA, then
+    /// `spec.priority` (higher first), then older first, then by name.
     pub fn order_key(
         &self,
+        now: Timestamp,
     ) -> (
         std::cmp::Reverse<i32>,
+        bool,
         std::cmp::Reverse<i32>,
         Timestamp,
         &JobKey,
     ) {
         (
             std::cmp::Reverse(self.class_value),
+            !self.past_sla(now),
             std::cmp::Reverse(self.priority),
             self.created,
             &self.key,

@@ -12,19 +12,25 @@ use serde::{Deserialize, Serialize};
 use super::{JobInfo, NodeCapacity, QueueInfo, QueueWorld};
 use crate::facts::{self, PodView};
 
+/// The GryviaPriority a job names (`gryvia.io/priority-class`), when it exists.
+pub fn tier_of<'a>(
+    job: &GryviaAIJob,
+    priorities: &'a [GryviaPriority],
+) -> Option<&'a GryviaPriority> {
+    let name = job
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(labels::PRIORITY_CLASS)?;
+    priorities
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+}
+
 /// The value of the GryviaPriority class a job names (`gryvia.io/priority-class`), 0 without
 /// one or for a class that does not exist.
 pub fn class_value(job: &GryviaAIJob, priorities: &[GryviaPriority]) -> i32 {
-    job.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::PRIORITY_CLASS))
-        .and_then(|name| {
-            priorities
-                .iter()
-                .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
-        })
-        .map_or(0, |p| p.spec.value)
+    tier_of(job, priorities).map_or(0, |p| p.spec.value)
 }
 
 fn live_on_node(pod: &impl PodView) -> Option<&str> {
@@ -85,7 +91,12 @@ pub fn world_of(
         if !holds && !workers.is_empty() {
             continue;
         }
-        if let Some(info) = JobInfo::of(job, class_value(job, priorities), workers) {
+        if let Some(mut info) = JobInfo::of(job, class_value(job, priorities), workers) {
+            if let Some(tier) = tier_of(job, priorities) {
+                info.sla_seconds = tier.spec.sla.as_ref().map(|s| s.max_queue_seconds);
+                info.quota_override_percent =
+                    tier.spec.quota_override.as_ref().map_or(0, |o| o.percent);
+            }
             if info.admission().is_some() {
                 admitted.insert((ns, name));
             }
