@@ -297,7 +297,7 @@ fn a_tier_with_an_sla_counts_its_jobs_outcomes() {
     use gryvia_reconcile::priority::sla_counts;
     let outcome = |name: &str, tier: &str, breached: Option<&str>| -> gryvia_types::GryviaAIJob {
         let mut j = gryvia_types::testing::ai_job("ns", name, "img");
-        j.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        j.metadata.annotations = Some(BTreeMap::from([(
             "gryvia.io/priority-class".to_owned(),
             tier.to_owned(),
         )]));

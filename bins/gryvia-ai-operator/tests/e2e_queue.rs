@@ -923,10 +923,6 @@ async fn tier(client: &kube::Client, name: &str, spec: Value) -> impl Drop {
 }
 
 #[tokio::test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one end-to-end scenario, read top to bottom"
-)]
 async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_goes_first() {
     use gryvia_types::GryviaPriority;
     let Some(s) = Setup::new("q-tiers", 1).await else {
