@@ -43,6 +43,10 @@ pub struct BudgetWorld {
     pub records: Vec<GryviaUsageRecord>,
     /// The catalogue.
     pub skus: Vec<Sku>,
+    /// For a budget of a tenant (scope `team` or `tenant`): the tenant's
+    /// `notifications.email`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenant_emails: Vec<String>,
 }
 
 /// The period containing `now`: its start and end.
@@ -260,12 +264,19 @@ impl Default for AlertChannels {
 }
 
 impl AlertChannels {
-    /// Who gets `budget`'s e-mail: its recipients and the operator's, each once, in order.
-    /// `None` without an SMTP server.
-    pub fn recipients(&self, budget: &GryviaBudget) -> Option<Vec<String>> {
+    /// Who gets `budget`'s e-mail: its recipients, its tenant's (`tenant`:
+    /// `notifications.email`) and the operator's, each once, in order. `None` without an SMTP
+    /// server.
+    pub fn recipients(&self, budget: &GryviaBudget, tenant: &[String]) -> Option<Vec<String>> {
         let operator = self.email_to.as_ref()?;
         let mut to: Vec<String> = Vec::new();
-        for r in budget.spec.email_recipients.iter().chain(operator) {
+        for r in budget
+            .spec
+            .email_recipients
+            .iter()
+            .chain(tenant)
+            .chain(operator)
+        {
             if !to.contains(r) {
                 to.push(r.clone());
             }
@@ -363,12 +374,25 @@ impl crate::Reconcile for BudgetReconciler {
                         crossing.gpu_hours.as_str(),
                     ),
                 );
-                self.raise_alerts(&mut plan, budget, a, &crossing, &mut status.deliveries);
+                self.raise_alerts(
+                    &mut plan,
+                    budget,
+                    &world.tenant_emails,
+                    a,
+                    &crossing,
+                    &mut status.deliveries,
+                );
             }
         }
         status.alerted_thresholds.sort_unstable();
         conditions::set(&mut status.conditions, ready(budget, state, used, now));
-        self.send_due(&mut plan, budget, &mut status.deliveries, now);
+        self.send_due(
+            &mut plan,
+            budget,
+            &world.tenant_emails,
+            &mut status.deliveries,
+            now,
+        );
         delivery::prune(&mut status.deliveries);
         plan.set_status_if_changed(budget.status.as_ref(), status);
         let to_end = Duration::try_from(end.duration_since(now)).unwrap_or(REFRESH);
@@ -518,6 +542,7 @@ impl BudgetReconciler {
         &self,
         plan: &mut Plan<GryviaBudgetStatus>,
         budget: &GryviaBudget,
+        tenant_emails: &[String],
         alert: &BudgetAlert,
         c: &Crossing,
         log: &mut Vec<AlertDelivery>,
@@ -540,7 +565,7 @@ impl BudgetReconciler {
             match (
                 channel,
                 self.alerts.webhook.is_some(),
-                self.alerts.recipients(budget),
+                self.alerts.recipients(budget, tenant_emails),
             ) {
                 (AlertChannel::Webhook, false, _) => {
                     not_sent(
@@ -556,7 +581,7 @@ impl BudgetReconciler {
                     continue;
                 }
                 (AlertChannel::Email, _, Some(to)) if to.is_empty() => {
-                    not_sent("action email, but nobody to send it to (spec.emailRecipients, the quota-operator's --budget-email-to)".to_owned());
+                    not_sent("action email, but nobody to send it to (spec.emailRecipients, the tenant's notifications.email, the quota-operator's --budget-email-to)".to_owned());
                     continue;
                 }
                 _ => {}
@@ -589,10 +614,11 @@ impl BudgetReconciler {
         &self,
         plan: &mut Plan<GryviaBudgetStatus>,
         budget: &GryviaBudget,
+        tenant_emails: &[String],
         log: &mut [AlertDelivery],
         now: Timestamp,
     ) {
-        let recipients = self.alerts.recipients(budget);
+        let recipients = self.alerts.recipients(budget, tenant_emails);
         for d in log.iter_mut().filter(|d| d.state == DeliveryState::Pending) {
             let gone = match d.channel {
                 AlertChannel::Webhook => self
@@ -813,6 +839,7 @@ mod tests {
                 record("ml", "eu", 1, "2026-08-02T00:00:00Z", None),
             ],
             skus: skus(),
+            tenant_emails: Vec::new(),
         };
         let s = spend(
             &b,
@@ -839,6 +866,7 @@ mod tests {
                 Some("2026-08-01T10:00:00Z"),
             )],
             skus: skus(),
+            tenant_emails: Vec::new(),
         };
         let plan = BudgetReconciler::default().reconcile(&b, &world, now);
         let st = plan.status.clone().unwrap();
@@ -960,6 +988,7 @@ mod tests {
                 Some("2026-08-01T15:00:00Z"),
             )],
             skus: skus(),
+            tenant_emails: Vec::new(),
         }
     }
 
@@ -1182,6 +1211,7 @@ mod tests {
                 Some("2026-08-01T05:00:00Z"),
             )],
             skus: skus(),
+            tenant_emails: Vec::new(),
         };
         let st = BudgetReconciler::default()
             .reconcile(&b, &world, ts("2026-08-11T00:00:00Z"))
@@ -1245,5 +1275,30 @@ mod tests {
             .filter_map(|b| b.metadata.name.as_deref())
             .collect();
         assert_eq!(names, vec!["team-ml", "tenant-ml"]);
+    }
+
+    #[test]
+    fn the_tenants_notification_addresses_get_its_budgets_e_mail_each_once() {
+        let channels = AlertChannels {
+            email_to: Some(vec!["ops@example.com".into()]),
+            ..AlertChannels::default()
+        };
+        let b: GryviaBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "b"},
+            "spec": {"scope": {"type": "tenant", "name": "ml"}, "period": {"type": "monthly"},
+                     "limits": {"costUSD": 1}, "emailRecipients": ["lead@example.com"]}
+        }))
+        .unwrap();
+        assert_eq!(
+            channels
+                .recipients(&b, &["team@example.com".into(), "lead@example.com".into()])
+                .unwrap(),
+            ["lead@example.com", "team@example.com", "ops@example.com"]
+        );
+        assert_eq!(
+            AlertChannels::default().recipients(&b, &["team@example.com".into()]),
+            None,
+            "no SMTP server"
+        );
     }
 }

@@ -77,6 +77,9 @@ pub struct GryviaTenantSpec {
     /// Network isolation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<TenantNetworkPolicy>,
+    /// Where the tenant's notices go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<TenantNotifications>,
     /// GPU SKUs (GryviaGpuSku names) the tenant's jobs may request; any when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -259,6 +262,21 @@ impl DataClassification {
     pub fn isolating(self) -> bool {
         self >= DataClassification::Confidential
     }
+}
+
+/// Where a tenant's notices go.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantNotifications {
+    /// Who gets the e-mail of threshold alerts (action `email`) of the budgets whose scope is
+    /// the tenant (`team` or `tenant` of its name), besides each budget's `emailRecipients`
+    /// and the quota-operator's `--budget-email-to`. Quarantine notices are Events on the
+    /// tenant's jobs whose pods a quarantine evicts (`docs/gpu-health.md`), not e-mail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(inner(regex(pattern = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"), length(max = 254)))]
+    pub email: Vec<String>,
 }
 
 /// Network isolation of a tenant.

@@ -46,6 +46,7 @@ pub fn tenant(name: &str, gpus: i32) -> GryviaTenant {
         governance: None,
         parent_tenant: None,
         network_policy: None,
+        notifications: None,
         allowed_skus: Vec::new(),
         deletion_policy: Default::default(),
     };

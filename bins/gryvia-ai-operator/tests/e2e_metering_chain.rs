@@ -240,7 +240,8 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     for (t, spec) in [
         (
             &tenant,
-            json!({"displayName": tenant, "quotas": {"costUSD": {"monthly": 20}}}),
+            json!({"displayName": tenant, "quotas": {"costUSD": {"monthly": 20}},
+                   "notifications": {"email": ["team@gryvia.test"]}}),
         ),
         (&objects.sku, json!({"displayName": objects.sku})),
     ] {
@@ -282,7 +283,7 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "metadata": {"name": objects.budget},
-                "spec": {"scope": {"type": "namespace", "name": ns.name}, "period": {"type": "monthly"},
+                "spec": {"scope": {"type": "tenant", "name": tenant}, "period": {"type": "monthly"},
                          "limits": {"costUSD": 5}, "enforcement": {"enabled": true, "action": "block"},
                          "alerts": [{"threshold": 50, "actions": ["webhook", "email"]},
                                     {"threshold": 100, "actions": ["block", "webhook", "email"]}],
@@ -604,7 +605,11 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     assert_eq!(mails.len(), 2, "each e-mail once: {mails:?}");
     for (m, threshold) in mails.iter().zip([100, 50]) {
         assert_eq!(m.from, "alerts@gryvia.test");
-        assert_eq!(m.to, ["finance@gryvia.test", "ops@gryvia.test"]);
+        assert_eq!(
+            m.to,
+            ["finance@gryvia.test", "team@gryvia.test", "ops@gryvia.test"],
+            "the budget's, its tenant's notifications.email, the operator's"
+        );
         assert_eq!(
             m.message_id,
             format!("<{budget_uid}.{period}.{threshold}.email@gryvia.io>")

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use gryvia_reconcile::budget::{AlertChannels, BudgetReconciler, BudgetWorld};
 use gryvia_reconcile::metering::Sku;
-use gryvia_types::{GryviaBudget, GryviaGpuSku, GryviaUsageRecord};
+use gryvia_types::{BudgetScopeType, GryviaBudget, GryviaGpuSku, GryviaTenant, GryviaUsageRecord};
 use kube::runtime::controller::Controller;
 use kube::runtime::predicates;
 use kube::runtime::reflector::Store;
 
-use super::{Running, Shared, all_of, changed, in_namespace, owned};
+use super::{Running, Shared, all_of, cached, changed, in_namespace, owned};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::mail::Mailer;
@@ -28,6 +28,7 @@ pub fn catalogue(skus: &Store<GryviaGpuSku>) -> Vec<Sku> {
 pub struct BudgetObserver {
     records: Store<GryviaUsageRecord>,
     skus: Store<GryviaGpuSku>,
+    tenants: Store<GryviaTenant>,
 }
 
 #[async_trait::async_trait]
@@ -35,13 +36,22 @@ impl Observe for BudgetObserver {
     type Object = GryviaBudget;
     type World = BudgetWorld;
 
-    async fn observe(&self, _budget: &GryviaBudget) -> Result<BudgetWorld> {
+    async fn observe(&self, budget: &GryviaBudget) -> Result<BudgetWorld> {
         wait_ready(&self.records, "GryviaUsageRecord").await?;
         wait_ready(&self.skus, "GryviaGpuSku").await?;
+        wait_ready(&self.tenants, "GryviaTenant").await?;
         let records = owned(&in_namespace(&self.records, None));
+        let scope = &budget.spec.scope;
+        let tenant_emails = matches!(scope.type_, BudgetScopeType::Team | BudgetScopeType::Tenant)
+            .then(|| cached(&self.tenants, None, &scope.name))
+            .flatten()
+            .and_then(|t| t.spec.notifications.clone())
+            .map(|n| n.email)
+            .unwrap_or_default();
         Ok(BudgetWorld {
             records,
             skus: catalogue(&self.skus),
+            tenant_emails,
         })
     }
 }
@@ -80,6 +90,7 @@ pub fn controller(shared: &Shared, alerts: Alerts) -> Running {
     let observer = BudgetObserver {
         records: c.store(),
         skus: c.store(),
+        tenants: c.store(),
     };
     let reconciler = BudgetReconciler {
         alerts: alerts.channels,
