@@ -29,6 +29,7 @@ pub mod ml;
 pub mod money;
 pub mod network;
 pub mod pods;
+pub mod reference;
 pub mod scheduling;
 pub mod tenancy;
 #[cfg(feature = "testing")]

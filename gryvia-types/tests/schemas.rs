@@ -291,7 +291,7 @@ fn deploy_crds_are_up_to_date() {
         let have = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
         assert!(
             have == want,
-            "deploy/crds/{name} is stale: run `cargo run -p gryvia-cli -- crds --out-dir deploy/crds`"
+            "deploy/crds/{name} is stale: run `cargo run -p gryvia-cli -- crds --out-dir deploy/crds --reference-dir docs/reference`"
         );
         expected_files.push(name);
     }
@@ -304,5 +304,29 @@ fn deploy_crds_are_up_to_date() {
     assert_eq!(
         present, expected_files,
         "deploy/crds/ holds files no kind generates"
+    );
+}
+
+#[test]
+fn the_crd_reference_is_up_to_date() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference");
+    let mut expected = Vec::new();
+    for (name, want) in gryvia_types::reference::pages() {
+        let have = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/reference/{name} is stale: run `cargo run -p gryvia-cli -- crds --out-dir deploy/crds --reference-dir docs/reference`"
+        );
+        expected.push(name);
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    present.sort();
+    expected.sort();
+    assert_eq!(
+        present, expected,
+        "docs/reference/ holds files no kind generates"
     );
 }

@@ -31,6 +31,10 @@ enum Command {
         /// Write one file per CRD into this directory instead of printing.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Also write the CRD reference (one Markdown page per kind and an index) into this
+        /// directory.
+        #[arg(long)]
+        reference_dir: Option<PathBuf>,
     },
     /// Validate Gryvia objects in YAML files against the CRD schemas (offline).
     Validate {
@@ -198,17 +202,39 @@ fn one_line(err: &anyhow::Error) -> String {
     chain.join(": ").replace('\n', " ")
 }
 
+/// Writes `(name, text)` files into `dir` (created when missing).
+fn write_files(dir: &std::path::Path, files: Vec<(String, String)>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Crds { out_dir: None } => print_out(&gryvia_types::crds::all_yaml()?),
-        Command::Crds { out_dir: Some(dir) } => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-            for crd in gryvia_types::crds::all() {
-                let path = dir.join(gryvia_types::crds::file_name(&crd));
-                std::fs::write(&path, gryvia_types::crds::to_yaml(&crd)?)
-                    .with_context(|| format!("write {}", path.display()))?;
+        Command::Crds {
+            out_dir,
+            reference_dir,
+        } => {
+            if let Some(dir) = &reference_dir {
+                write_files(dir, gryvia_types::reference::pages())?;
             }
-            Ok(())
+            match out_dir {
+                Some(dir) => {
+                    let mut files = Vec::new();
+                    for crd in gryvia_types::crds::all() {
+                        files.push((
+                            gryvia_types::crds::file_name(&crd),
+                            gryvia_types::crds::to_yaml(&crd)?,
+                        ));
+                    }
+                    write_files(&dir, files)
+                }
+                None if reference_dir.is_some() => Ok(()),
+                None => print_out(&gryvia_types::crds::all_yaml()?),
+            }
         }
         Command::Validate { files } => validate(&files),
         Command::Tenant(cmd) => block_on(tenant::run(cmd)),
