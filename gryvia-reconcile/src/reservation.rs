@@ -8,9 +8,16 @@
 //! recurring (days of the week, a local opening time and a length in a time zone; a window may
 //! cross midnight), optionally bounded by `startTime` and `endTime`.
 //!
+//! Beyond that: a non-exclusive reservation (`guarantees.exclusive: false`) only labels its
+//! nodes, so others may use idle reserved GPUs; whenever the owner's pods wait for a node in an
+//! open window, others' GPU pods on the held nodes are evicted, newest first, until the waiting
+//! GPUs fit ([`give_back`]). `schedule.leadMinutes` holds the nodes before each window opens.
+//! `guarantees.preemptible` acts at admission (`crate::admission::preemptible_for`).
+//!
 //! Status lists the held nodes, the reserved GPUs no pod uses now (`idleGpus`), and accumulates
 //! the reserved GPU time no pod used (`idleGpuSeconds`), sampled at every reconcile (at least
-//! every 30 s while active).
+//! every 30 s while active), and the window's availability against `guarantees.sla`
+//! (`status.availability`, condition `SLAMet`).
 
 use std::time::Duration;
 

@@ -20,7 +20,8 @@ pub const NAME: &str = "gryvia-ai-operator";
 #[derive(clap::Parser, Debug)]
 #[command(name = "gryvia-ai-operator", version, about)]
 pub struct Flags {
-    /// Run GryviaReservations: taint and label the nodes they hold (opt-in; turning it on makes
+    /// Run GryviaReservations: label (and, exclusive, taint) the nodes they hold, evict
+    /// borrowers when the owner's pods wait, account availability (opt-in; turning it on makes
     /// existing reservations start tainting nodes).
     #[arg(long, env = "GRYVIA_ENABLE_RESERVATIONS")]
     pub enable_reservations: bool,
@@ -67,7 +68,8 @@ pub struct Flags {
     #[arg(long)]
     pub webhook_fail_closed: bool,
     /// The admission gate: reject new GPU jobs in the scope of a GryviaBudget in state
-    /// `blocked` (its spend reached its limit with enforcement on); needs --webhook-addr.
+    /// `blocked` (its spend reached its limit with enforcement on), and of tenants past their
+    /// monthly money or GPU-hour quota or their prepaid balance; needs --webhook-addr.
     #[arg(long, env = "GRYVIA_ADMISSION_GATE")]
     pub admission_gate: bool,
     /// Name of the webhook configurations.
