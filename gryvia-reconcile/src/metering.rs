@@ -624,6 +624,25 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_labelled_with_the_jobs_type_and_classification() {
+        use gryvia_types::labels;
+        let mut j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        j.spec.type_ = Some(gryvia_types::JobType::FineTuning);
+        j.metadata.labels.get_or_insert_with(BTreeMap::new).insert(
+            labels::DATA_CLASSIFICATION.to_owned(),
+            "confidential".to_owned(),
+        );
+        let l = usage_record(&j, &world(), None)
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap();
+        assert_eq!(l[labels::JOB_TYPE], "fine-tuning");
+        assert_eq!(l[labels::DATA_CLASSIFICATION], "confidential");
+        assert!(l.contains_key(labels::TENANT) && l.contains_key(labels::JOB_NAME));
+    }
+
+    #[test]
     fn a_record_names_the_template_its_job_was_made_from() {
         let mut j = job(Some("NVIDIA-H100-80GB-HBM3"));
         assert_eq!(

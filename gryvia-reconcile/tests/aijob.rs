@@ -1226,3 +1226,26 @@ fn a_job_waiting_past_its_tiers_sla_is_marked_breached_once_and_one_started_in_t
     // No SLA: no condition.
     assert!(cond(&run(&on_time, &AIJobWorld::default())).is_none());
 }
+
+#[test]
+fn the_pods_carry_the_jobs_type_classification_and_reservation() {
+    let mut j = job_with(json!({"type": "batch-inference"}));
+    j.metadata.labels = Some(BTreeMap::from([(
+        "gryvia.io/data-classification".to_owned(),
+        "restricted".to_owned(),
+    )]));
+    j.metadata.annotations = Some(BTreeMap::from([(
+        "gryvia.io/reservation".to_owned(),
+        "r1".to_owned(),
+    )]));
+    let batch = render_job(&j, 0, None);
+    let labels = &batch["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["gryvia.io/job-type"], "batch-inference");
+    assert_eq!(labels["gryvia.io/data-classification"], "restricted");
+    assert_eq!(labels["gryvia.io/reservation"], "r1");
+    let plain = render_job(&job_with(json!({})), 0, None);
+    let labels = plain["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    assert!(!labels.contains_key("gryvia.io/job-type"));
+}

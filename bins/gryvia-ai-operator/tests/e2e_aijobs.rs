@@ -804,7 +804,8 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
     let tenant = unique("e2e-rsv-team");
     let product = unique("E2E-RSV");
     let rsv = unique("e2e-rsv");
-    let _: gryvia_types::GryviaTenant = create_cluster_object(
+    // Deleted also when the test fails: a tenant without its namespace would stay behind.
+    let _tenant = cluster_object::<gryvia_types::GryviaTenant>(
         &client,
         json!({
         "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant", "metadata": {"name": tenant},
@@ -814,6 +815,16 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
     let nodes = KwokNodes::create_with_product(&client, "rsv", 2, 8, &product)
         .await
         .unwrap();
+    let Some((s, _hooks)) = Setup::with_webhooks(
+        "aijob-rsv",
+        Some(("gryvia.io/tenant", &tenant)),
+        &["--enable-reservations"],
+    )
+    .await
+    else {
+        return;
+    };
+    // The window starts once this test holds the lock (the tests before may take minutes).
     let end = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(50);
     let _: gryvia_types::GryviaReservation = create_cluster_object(
         &client,
@@ -824,15 +835,6 @@ async fn a_reservation_taints_its_nodes_only_the_reserving_job_lands_there_and_t
                  "schedule": {"type": "immediate", "endTime": end.to_string()}}}),
     )
     .await;
-    let Some((s, _hooks)) = Setup::with_webhooks(
-        "aijob-rsv",
-        Some(("gryvia.io/tenant", &tenant)),
-        &["--enable-reservations"],
-    )
-    .await
-    else {
-        return;
-    };
     let rsvs: Api<gryvia_types::GryviaReservation> = Api::all(s.client.clone());
     let status = wait_for("reservation Active", Duration::from_secs(90), || {
         let rsvs = rsvs.clone();
@@ -1222,7 +1224,12 @@ async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes
     let nodes = KwokNodes::create_with_product(&client, "weekly", 1, 8, &product)
         .await
         .unwrap();
-    // A one-minute window every day at a minute at least 61 s away, held a minute ahead.
+    let Some(s) = Setup::start("aijob-weekly", &["--enable-reservations".to_owned()], None).await
+    else {
+        return;
+    };
+    // A one-minute window every day at a minute at least 61 s away, held a minute ahead
+    // (computed once this test holds the lock).
     let now = jiff::Timestamp::now();
     let secs = (now + jiff::SignedDuration::from_secs(61)).as_second();
     let opens = jiff::Timestamp::from_second((secs / 60 + 1) * 60).unwrap();
@@ -1237,10 +1244,6 @@ async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes
                                                     "durationMinutes": 1, "timeZone": "UTC"}}}}),
     )
     .await;
-    let Some(s) = Setup::start("aijob-weekly", &["--enable-reservations".to_owned()], None).await
-    else {
-        return;
-    };
     let node_api: Api<Node> = Api::all(s.client.clone());
     let st = wait_reservation(&s.client, &rsv, "Pending", Duration::from_secs(60), |st| {
         st.phase == Some(ReservationPhase::Pending)

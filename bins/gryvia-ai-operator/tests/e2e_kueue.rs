@@ -490,6 +490,18 @@ async fn tenants_become_cluster_queues_and_a_child_borrows_its_parents_unused_qu
     let _nodes = KwokNodes::create_with_product(&s.client, "kt", 1, 8, &s.product)
         .await
         .unwrap();
+    // A tenant whose namespace does not exist yet (no quota-operator runs here) holds up no
+    // other tenant's Kueue objects.
+    let ghost = unique("kghost").to_lowercase();
+    let t: GryviaTenant = serde_json::from_value(
+        json!({"metadata": {"name": ghost}, "spec": {"displayName": "no namespace yet"}}),
+    )
+    .unwrap();
+    Api::<GryviaTenant>::all(s.client.clone())
+        .create(&PostParams::default(), &t)
+        .await
+        .unwrap();
+    s.remember("tenant", &ghost);
     let parent = s
         .tenant(
             &unique("kparent").to_lowercase(),

@@ -30,6 +30,7 @@ use tracing::{info, warn};
 use super::{Running, Shared, owned, wake_on};
 use crate::Result;
 use crate::apply::Executor;
+use crate::cache::NamespaceMeta;
 use crate::cache::wait_ready;
 use crate::metrics::{ControllerLabels, Metrics};
 use crate::runtime::spec_or_lifecycle;
@@ -53,6 +54,8 @@ struct Integration {
     cluster_queues: Store<ClusterQueue>,
     local_queues: Store<LocalQueue>,
     priority_classes: Store<WorkloadPriorityClass>,
+    /// Namespaces (metadata): a LocalQueue waits for its namespace.
+    namespaces: Store<NamespaceMeta>,
     executor: Executor,
     metrics: Metrics,
     problems: Mutex<Vec<String>>,
@@ -148,6 +151,7 @@ impl Integration {
             cluster_queues: caches.store(),
             local_queues: caches.store(),
             priority_classes: caches.store(),
+            namespaces: caches.store(),
             executor: Executor::new(shared.client.clone(), FIELD_MANAGER).dry_run(shared.dry_run),
             metrics: shared.metrics.clone(),
             problems: Mutex::default(),
@@ -163,7 +167,8 @@ impl Integration {
         wait_ready(&self.flavors, "ResourceFlavor").await?;
         wait_ready(&self.cluster_queues, "ClusterQueue").await?;
         wait_ready(&self.local_queues, "LocalQueue").await?;
-        wait_ready(&self.priority_classes, "WorkloadPriorityClass").await
+        wait_ready(&self.priority_classes, "WorkloadPriorityClass").await?;
+        wait_ready(&self.namespaces, "Namespace").await
     }
 
     /// What the world asks for now.
@@ -186,7 +191,23 @@ impl Integration {
         };
         self.metrics.reconciles.get_or_create(&labels).inc();
         let started = std::time::Instant::now();
-        let desired = self.desired();
+        let mut desired = self.desired();
+        // A tenant's namespace may not exist yet (the quota-operator makes it): its LocalQueue
+        // waits for it (a later cycle makes it) instead of failing the whole cycle.
+        desired.local_queues.retain(|lq| {
+            let ns = lq.metadata.namespace.clone().unwrap_or_default();
+            let exists = self
+                .namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(&ns))
+                .is_some();
+            if !exists {
+                desired.problems.push(format!(
+                    "namespace {ns} does not exist yet: its LocalQueue {} waits for it",
+                    policy::LOCAL_QUEUE
+                ));
+            }
+            exists
+        });
         let (f_apply, f_delete) = diff(&self.flavors, &desired.flavors, |_, _| false);
         let (p_apply, p_delete) =
             diff(&self.priority_classes, &desired.priority_classes, |_, _| {
