@@ -7,7 +7,6 @@
 //! the webhook fails open (admits, with a warning) unless it was started fail-closed; the
 //! registration's `failurePolicy` follows the same flag (`Ignore` or `Fail`).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -18,7 +17,7 @@ use axum::routing::{get, post};
 use base64::Engine;
 use gryvia_reconcile::admission::{
     AdmissionWorld, BlockedBudget, Decision, GpuQuota, MonthSpend, ReservationFacts, TemplateState,
-    TenantFacts, mutate_job, validate_job,
+    TenantFacts, mutate_job, preemptible_reservations, validate_job,
 };
 use gryvia_types::{
     GryviaAIJob, GryviaBudget, GryviaGpuSku, GryviaPriority, GryviaReservation, GryviaTemplate,
@@ -146,31 +145,6 @@ impl Caches {
         }
     }
 
-    /// Every exclusive preemptible reservation with its baseline: the value of its owning
-    /// tenant's default tier (0 without one, for an owner that is no tenant, or for a tier
-    /// `tiers` lacks).
-    fn preemptible(&self, tiers: &BTreeMap<String, i32>) -> BTreeMap<String, i32> {
-        self.reservations
-            .state()
-            .iter()
-            .filter(|r| {
-                r.spec
-                    .guarantees
-                    .as_ref()
-                    .is_some_and(|g| g.preemptible && g.exclusive)
-            })
-            .map(|r| {
-                let owner = ReservationFacts::of(Some(r)).owner;
-                let baseline = owner
-                    .and_then(|t| self.tenants.get(&ObjectRef::new(&t)))
-                    .and_then(|t| t.spec.priorities.as_ref()?.default.clone())
-                    .and_then(|d| tiers.get(&d).copied())
-                    .unwrap_or(0);
-                (r.name_any(), baseline)
-            })
-            .collect()
-    }
-
     /// The facts about `job` that the admission webhooks need, from the caches.
     ///
     /// # Errors
@@ -214,7 +188,19 @@ impl Caches {
             gpu_quota,
             template,
             reservation,
-            preemptible: self.preemptible(&tiers),
+            preemptible: preemptible_reservations(
+                self.reservations.state().iter().map(AsRef::as_ref),
+                |t| {
+                    self.tenants
+                        .get(&ObjectRef::new(t))?
+                        .spec
+                        .priorities
+                        .as_ref()?
+                        .default
+                        .clone()
+                },
+                &tiers,
+            ),
             tiers,
             requester: None,
             blocked_budgets: Vec::new(),

@@ -724,6 +724,34 @@ fn tier_value(job: &GryviaAIJob, world: &AdmissionWorld) -> i32 {
         .unwrap_or(0)
 }
 
+/// [`AdmissionWorld::preemptible`] from `reservations`: each exclusive one with
+/// `guarantees.preemptible`, with the value (in `tiers`) of its owning tenant's default tier
+/// (`default_tier_of` a tenant name; 0 without one, for a project or user owner, or for a tier
+/// `tiers` lacks).
+pub fn preemptible_reservations<'a>(
+    reservations: impl IntoIterator<Item = &'a GryviaReservation>,
+    default_tier_of: impl Fn(&str) -> Option<String>,
+    tiers: &BTreeMap<String, i32>,
+) -> BTreeMap<String, i32> {
+    reservations
+        .into_iter()
+        .filter(|r| {
+            r.spec
+                .guarantees
+                .as_ref()
+                .is_some_and(|g| g.preemptible && g.exclusive)
+        })
+        .map(|r| {
+            let baseline = ReservationFacts::of(Some(r))
+                .owner
+                .and_then(|t| default_tier_of(&t))
+                .and_then(|d| tiers.get(&d).copied())
+                .unwrap_or(0);
+            (r.metadata.name.clone().unwrap_or_default(), baseline)
+        })
+        .collect()
+}
+
 /// The preemptible reservations the job outranks (its tier's value above the reservation's
 /// baseline), by name: it may use their nodes and the scheduler may preempt their owner's
 /// pods for it.
@@ -877,18 +905,13 @@ fn set_meta(
 pub fn mutate_job(job: &GryviaAIJob, world: &AdmissionWorld) -> Vec<Value> {
     let tenant = world.tenant.as_ref();
     let mut ops = Vec::new();
-    let mut labels_now = job.metadata.labels.clone();
     if let Some(c) = tenant.and_then(|t| t.classification) {
         set_meta(
             &mut ops,
-            labels_now.as_ref(),
+            job.metadata.labels.as_ref(),
             "labels",
             labels::DATA_CLASSIFICATION,
             c.as_str(),
-        );
-        labels_now.get_or_insert_with(BTreeMap::new).insert(
-            labels::DATA_CLASSIFICATION.to_owned(),
-            c.as_str().to_owned(),
         );
     }
     if let Some(d) = tenant.and_then(|t| t.default_tier.as_deref())
@@ -1517,6 +1540,37 @@ mod tests {
             check_tolerations(&greedy, &world)
                 .unwrap()
                 .contains("or of a tier above the owner's of a preemptible one")
+        );
+    }
+
+    #[test]
+    fn a_preemptible_reservations_baseline_is_its_tenants_default_tier() {
+        let r = |name: &str, owner: &str, guarantees: Value| -> GryviaReservation {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"owner": {"type": owner, "name": "ml"},
+                         "resources": {"gpuType": "H100", "gpuCount": 8},
+                         "schedule": {"type": "immediate", "endTime": "2099-01-01T00:00:00Z"},
+                         "guarantees": guarantees}
+            }))
+            .unwrap()
+        };
+        let all = [
+            r("soft", "tenant", json!({"preemptible": true})),
+            r("hard", "tenant", json!({"preemptible": false})),
+            r(
+                "open",
+                "tenant",
+                json!({"preemptible": true, "exclusive": false}),
+            ),
+            r("project", "project", json!({"preemptible": true})),
+        ];
+        let got =
+            preemptible_reservations(&all, |t| (t == "ml").then(|| "normal".to_owned()), &tiers());
+        assert_eq!(
+            got,
+            BTreeMap::from([("soft".to_owned(), 1000), ("project".to_owned(), 0)]),
+            "exclusive and preemptible only; a project has no default tier"
         );
     }
 }

@@ -205,6 +205,25 @@ pub struct Desired {
     pub problems: Vec<String>,
 }
 
+impl Desired {
+    /// Leaves out the LocalQueues of namespaces that do not exist (`exists` says which do): a
+    /// tenant's namespace may not be made yet, and its LocalQueue waits for it (a later cycle
+    /// makes it) instead of failing the whole set. Each is reported in `problems`.
+    pub fn wait_for_namespaces(&mut self, exists: impl Fn(&str) -> bool) {
+        let problems = &mut self.problems;
+        self.local_queues.retain(|lq| {
+            let ns = lq.metadata.namespace.as_deref().unwrap_or_default();
+            let there = exists(ns);
+            if !there {
+                problems.push(format!(
+                    "namespace {ns} does not exist yet: its LocalQueue {LOCAL_QUEUE} waits for it"
+                ));
+            }
+            there
+        });
+    }
+}
+
 /// `object` labelled as Gryvia's, owned by `owner` (the tenant, queue or tier it comes from).
 fn managed<K: Resource>(mut object: K, owner: Option<OwnerReference>) -> K {
     let meta = object.meta_mut();

@@ -605,3 +605,33 @@ fn the_world_counts_gpus_per_product_and_the_priorities_of_unfinished_jobs() {
         .collect();
     assert_eq!(names, vec!["ml"], "a tenant being deleted gets no queue");
 }
+
+#[test]
+fn a_local_queue_waits_for_its_namespace_and_says_so() {
+    use gryvia_types::kueue::{LocalQueue, LocalQueueSpec};
+    let lq = |ns: &str| {
+        let mut q = LocalQueue::new(
+            LOCAL_QUEUE,
+            LocalQueueSpec {
+                cluster_queue: "c".into(),
+            },
+        );
+        q.metadata.namespace = Some(ns.to_owned());
+        q
+    };
+    let mut d = kueue::Desired {
+        local_queues: vec![lq("tenant-a"), lq("tenant-gone")],
+        ..kueue::Desired::default()
+    };
+    d.wait_for_namespaces(|ns| ns == "tenant-a");
+    let kept: Vec<Option<String>> = d
+        .local_queues
+        .iter()
+        .map(|q| q.metadata.namespace.clone())
+        .collect();
+    assert_eq!(kept, vec![Some("tenant-a".to_owned())]);
+    assert_eq!(
+        d.problems,
+        vec!["namespace tenant-gone does not exist yet: its LocalQueue gryvia waits for it"]
+    );
+}

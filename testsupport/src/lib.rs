@@ -325,6 +325,52 @@ where
     }
 }
 
+/// A cluster-scoped object a test made: deleted when dropped, also when the test panics.
+pub struct ClusterObject {
+    delete: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl ClusterObject {
+    /// Creates the object of kind `K` described by `body`.
+    ///
+    /// # Errors
+    /// When `body` is not a `K` or the API server refuses it.
+    pub async fn create<K>(client: &kube::Client, body: serde_json::Value) -> Result<Self>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let obj: K = serde_json::from_value(body).context("decode the object")?;
+        let made = Api::<K>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .context("create the object")?;
+        let name = made.meta().name.clone().unwrap_or_default();
+        Ok(ClusterObject {
+            delete: Some(Box::new(move || {
+                on_drop(move |c| async move {
+                    let _ = Api::<K>::all(c)
+                        .delete(&name, &DeleteParams::default())
+                        .await;
+                });
+            })),
+        })
+    }
+}
+
+impl Drop for ClusterObject {
+    fn drop(&mut self) {
+        if let Some(delete) = self.delete.take() {
+            delete();
+        }
+    }
+}
+
 /// Runs `cleanup` with a client of its own, on a thread with a runtime of its own: `Drop`
 /// cannot await, and the test's runtime may be gone (also after a panic).
 fn clean_up<F, Fut>(kubeconfig: PathBuf, cleanup: F)

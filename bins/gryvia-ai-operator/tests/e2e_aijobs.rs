@@ -2019,7 +2019,7 @@ async fn the_admission_gate_rejects_new_jobs_in_the_scope_of_a_blocked_budget() 
 }
 
 /// Creates `body` (a cluster-scoped object) and returns a guard deleting it at the end.
-async fn cluster_object<K>(client: &kube::Client, body: Value) -> ClusterCleanup
+async fn cluster_object<K>(client: &kube::Client, body: Value) -> gryvia_testsupport::ClusterObject
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -2029,26 +2029,9 @@ where
         + Send
         + 'static,
 {
-    let made: K = create_cluster_object(client, body).await;
-    let name = made.name_any();
-    ClusterCleanup(Some(Box::new(move || {
-        gryvia_testsupport::on_drop(move |c| async move {
-            let _ = Api::<K>::all(c)
-                .delete(&name, &DeleteParams::default())
-                .await;
-        });
-    })))
-}
-
-/// Deletes a cluster-scoped object when dropped.
-struct ClusterCleanup(Option<Box<dyn FnOnce() + Send>>);
-
-impl Drop for ClusterCleanup {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            f();
-        }
-    }
+    gryvia_testsupport::ClusterObject::create::<K>(client, body)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -900,26 +900,13 @@ async fn the_leader_killed_during_a_burst_of_300_jobs_admits_each_exactly_once()
 }
 
 /// Creates GryviaPriority `name` with `spec`, deleted when the guard drops.
-async fn tier(client: &kube::Client, name: &str, spec: Value) -> impl Drop {
-    use gryvia_types::GryviaPriority;
-    let p: GryviaPriority =
-        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
-    Api::<GryviaPriority>::all(client.clone())
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    struct Gone(String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let name = self.0.clone();
-            gryvia_testsupport::on_drop(move |c| async move {
-                let _ = Api::<GryviaPriority>::all(c)
-                    .delete(&name, &DeleteParams::default())
-                    .await;
-            });
-        }
-    }
-    Gone(name.to_owned())
+async fn tier(client: &kube::Client, name: &str, spec: Value) -> gryvia_testsupport::ClusterObject {
+    gryvia_testsupport::ClusterObject::create::<gryvia_types::GryviaPriority>(
+        client,
+        json!({"metadata": {"name": name}, "spec": spec}),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]

@@ -192,21 +192,10 @@ impl Integration {
         self.metrics.reconciles.get_or_create(&labels).inc();
         let started = std::time::Instant::now();
         let mut desired = self.desired();
-        // A tenant's namespace may not exist yet (the quota-operator makes it): its LocalQueue
-        // waits for it (a later cycle makes it) instead of failing the whole cycle.
-        desired.local_queues.retain(|lq| {
-            let ns = lq.metadata.namespace.clone().unwrap_or_default();
-            let exists = self
-                .namespaces
-                .get(&kube::runtime::reflector::ObjectRef::new(&ns))
-                .is_some();
-            if !exists {
-                desired.problems.push(format!(
-                    "namespace {ns} does not exist yet: its LocalQueue {} waits for it",
-                    policy::LOCAL_QUEUE
-                ));
-            }
-            exists
+        desired.wait_for_namespaces(|ns| {
+            self.namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(ns))
+                .is_some()
         });
         let (f_apply, f_delete) = diff(&self.flavors, &desired.flavors, |_, _| false);
         let (p_apply, p_delete) =
