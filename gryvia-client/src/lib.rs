@@ -18,6 +18,7 @@ pub mod mail;
 pub mod metrics;
 pub mod operators;
 pub mod ops;
+pub mod promql;
 pub mod resources;
 pub mod runtime;
 pub mod webhook;

@@ -33,6 +33,7 @@ pub mod plan;
 pub mod priority;
 pub mod queue;
 pub mod reservation;
+pub mod serving;
 pub mod template;
 pub mod tenancy;
 pub mod tuner;

@@ -480,7 +480,7 @@ pub enum ModelStage {
 }
 
 /// Automatic serving of the production version.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoServe {
     /// Whether to serve.
@@ -495,6 +495,81 @@ pub struct AutoServe {
     #[serde(default)]
     #[schemars(range(min = 0, max = 64))]
     pub gpus: i32,
+    /// GPU product (node selector `nvidia.com/gpu.product`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Port the server listens on.
+    #[serde(default = "default_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Replica bounds of the inference service.
+    #[serde(default)]
+    pub replicas: ReplicaBounds,
+    /// Autoscaling of the inference service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+    /// How a new production version replaces the serving one: a canary with these settings
+    /// (its `version` is the new production version). Absent: a canary of 10 percent for the
+    /// default analysis, promoted and rolled back automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<AutoServeCanary>,
+}
+
+/// The canary settings of automatic serving (a [`Canary`] without its version).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoServeCanary {
+    /// Share of the pods running the new version, percent.
+    #[serde(default = "default_canary_percent")]
+    #[schemars(range(min = 1, max = 99))]
+    pub traffic_percent: i32,
+    /// Seconds of analysis before the decision.
+    #[serde(default = "default_analysis")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub analysis_seconds: i32,
+    /// Highest error rate that passes a check, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub max_error_rate_percent: Option<f64>,
+    /// Highest p99 latency that passes a check, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3_600_000))]
+    pub max_latency_ms: Option<i64>,
+}
+
+impl Default for AutoServeCanary {
+    fn default() -> Self {
+        AutoServeCanary {
+            traffic_percent: default_canary_percent(),
+            analysis_seconds: default_analysis(),
+            max_error_rate_percent: None,
+            max_latency_ms: None,
+        }
+    }
+}
+
+fn default_canary_percent() -> i32 {
+    10
+}
+
+/// One stage change of a model version, as the audit trail records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageChange {
+    /// The version.
+    pub version: String,
+    /// Stage before (absent for a version that was just registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<ModelStage>,
+    /// Stage after (absent for a version that was removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<ModelStage>,
+    /// Who made the change (the user of the API request, recorded by the admission webhook);
+    /// absent when the change was seen without the webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// When (the admission request's time, or when the controller saw the change).
+    pub time: Time,
 }
 
 /// Observed state of a registry.
@@ -507,6 +582,18 @@ pub struct GryviaModelRegistryStatus {
     /// Inference service serving it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inference_service: Option<String>,
+    /// Version the inference service serves now (the production version once its canary
+    /// was promoted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_version: Option<String>,
+    /// The stage of each version when the controller last looked (what the next change is
+    /// compared with).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stages: BTreeMap<String, ModelStage>,
+    /// Audit trail: every stage change, oldest first (the newest 500 are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 500))]
+    pub history: Vec<StageChange>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -536,6 +623,8 @@ pub struct GryviaModelRegistryStatus {
     )
 )]
 #[x_kube(validation = Rule::new("self.replicas.min <= self.replicas.max").message("spec.replicas.min must not exceed spec.replicas.max"))]
+#[x_kube(validation = Rule::new("self.replicas.min >= 1 || self.replicas.max == self.replicas.min").message("spec.replicas: an autoscaled service (max above min) needs min of at least 1"))]
+#[x_kube(validation = Rule::new("!has(self.canary) || self.canary.version != self.model.version").message("spec.canary.version must differ from spec.model.version"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaInferenceServiceSpec {
     /// The model served.
@@ -619,35 +708,79 @@ impl Default for ReplicaBounds {
 }
 
 /// Autoscaling target.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.targetCPUUtilization) || has(self.metric)").message("spec.autoscaling: set targetCPUUtilization, metric or both"))]
 pub struct Autoscaling {
     /// Target average CPU utilisation, percent.
-    #[serde(rename = "targetCPUUtilization")]
+    #[serde(
+        rename = "targetCPUUtilization",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(range(min = 1, max = 100))]
-    pub target_cpu_utilization: i32,
+    pub target_cpu_utilization: Option<i32>,
+    /// A custom per-pod metric (served by a custom metrics adapter, for example requests in
+    /// flight) with its target average value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<PodMetric>,
 }
 
-/// A canary: a second Deployment of another version taking a share of the pods.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+/// A per-pod metric of the custom metrics API and its target average value.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetric {
+    /// Metric name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Target average value per pod.
+    pub target_average_value: Quantity,
+}
+
+/// A canary: a second Deployment of another version taking a share of the pods behind the
+/// same Service (traffic by replica ratio), analysed for `analysisSeconds`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Canary {
     /// Version of the canary.
     #[schemars(length(min = 1, max = 63))]
     pub version: String,
+    /// Weights location of the canary's version (taken from the registry when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
     /// Share of the pods running the canary, percent.
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = 1, max = 99))]
     pub traffic_percent: i32,
-    /// Promote when the canary stays ready for `analysisSeconds`.
+    /// Serve the canary's version on every replica once the analysis passed.
     #[serde(default)]
     pub auto_promote: bool,
-    /// Roll back when the canary's pods fail.
+    /// Remove the canary's pods once a check failed (its pods not ready, or a metric over
+    /// its limit).
     #[serde(default)]
     pub auto_rollback: bool,
-    /// Seconds the canary must stay healthy before promotion.
+    /// Seconds of analysis from the moment the canary's first pod is ready.
     #[serde(default = "default_analysis")]
     #[schemars(range(min = 10, max = 86400))]
     pub analysis_seconds: i32,
+    /// Highest error rate that passes a check, percent (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub max_error_rate_percent: Option<f64>,
+    /// Highest p99 latency that passes a check, milliseconds (no limit when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3_600_000))]
+    pub max_latency_ms: Option<i64>,
+    /// PromQL of the canary's error ratio (0 to 1) instead of the runtime's default;
+    /// `$namespace`, `$pods` (a regular expression matching the canary's pod names),
+    /// `$version` and `$window` (the check interval, for example `30s`) are replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub error_rate_query: Option<String>,
+    /// PromQL of the canary's p99 latency in seconds instead of the default; the same
+    /// placeholders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub latency_query: Option<String>,
 }
 
 fn default_analysis() -> i32 {
@@ -667,12 +800,67 @@ pub struct GryviaInferenceServiceStatus {
     /// In-cluster URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Canary outcome: `Progressing`, `Promoted` or `RolledBack`.
+    /// Canary outcome: `Progressing`, `Passed` (awaiting promotion), `Promoted`, `Failed`
+    /// (awaiting rollback) or `RolledBack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary_phase: Option<String>,
+    /// Version on the stable replicas (the canary's once promoted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_version: Option<String>,
+    /// Weights location of the stable version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_uri: Option<String>,
+    /// Version the canary fields are about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_version: Option<String>,
+    /// When the canary's first pod was ready (the analysis starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_start_time: Option<Time>,
+    /// Desired replicas of the canary.
+    #[serde(default)]
+    pub canary_replicas: i32,
+    /// The canary's checks, oldest first (the newest 50 are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub checks: Vec<CanaryCheck>,
+    /// The decision on the canary, with its numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<CanaryDecision>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One check of a canary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryCheck {
+    /// When.
+    pub time: Time,
+    /// Error rate, percent (absent: no data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate_percent: Option<f64>,
+    /// p99 latency, milliseconds (absent: no data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Ready canary pods.
+    pub ready_replicas: i32,
+    /// `Passed`, `Failed` or `NoData`.
+    pub result: String,
+    /// Why, with the numbers and limits.
+    pub message: String,
+}
+
+/// The decision on a canary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryDecision {
+    /// When.
+    pub time: Time,
+    /// `Promoted`, `RolledBack`, `Passed` or `Failed`.
+    pub outcome: String,
+    /// Why, with the numbers.
+    pub message: String,
 }
 
 // ---------------------------------------------------------------------------------------------

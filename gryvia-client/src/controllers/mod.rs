@@ -14,6 +14,7 @@ pub mod priority;
 pub mod queue;
 pub mod quota;
 pub mod reservation;
+pub mod serving;
 pub mod template;
 pub mod tenant;
 pub mod tuner;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
 use crate::controllers::{
-    aijob, job_hook, kueue, priority, queue, reservation, template, tuner, workflow,
+    aijob, job_hook, kueue, priority, queue, reservation, serving, template, tuner, workflow,
 };
 use crate::{Error, Result};
 
@@ -48,6 +48,15 @@ pub struct Flags {
     /// (seconds, at least 1).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub tuner_poll_seconds: u64,
+    /// A Prometheus-compatible query API (for example http://prometheus:9090) the canaries
+    /// of inference services read their error rate and latency from; without it a canary is
+    /// judged on the readiness of its pods alone.
+    #[arg(long, env = "GRYVIA_METRICS_URL", value_parser = http_url)]
+    pub metrics_url: Option<String>,
+    /// How often a canary is checked (seconds, at least 1); also the rate window of its
+    /// queries.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub canary_check_seconds: u64,
     /// Serve the admission webhooks (TLS) on this address and register them (not with
     /// --dry-run: registering is a change to the cluster).
     #[arg(long, conflicts_with = "dry_run")]
@@ -83,10 +92,21 @@ pub struct Flags {
     pub operator: OperatorFlags,
 }
 
+/// An http(s) URL, as a flag's value.
+fn http_url(s: &str) -> std::result::Result<String, String> {
+    if s.starts_with("http://") || s.starts_with("https://") {
+        Ok(s.trim_end_matches('/').to_owned())
+    } else {
+        Err(format!("{s:?} is not an http:// or https:// URL"))
+    }
+}
+
 /// The controllers the ai-operator runs with `flags`.
 pub fn controllers(flags: &Flags) -> ControllerSet {
     let native_queue = flags.native_queue_scheduler;
     let poll = std::time::Duration::from_secs(flags.tuner_poll_seconds);
+    let metrics_url = flags.metrics_url.clone();
+    let check = std::time::Duration::from_secs(flags.canary_check_seconds);
     let scheduling = if flags.kueue_integration {
         aijob::Scheduling::Kueue
     } else if native_queue {
@@ -100,6 +120,7 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
         .with(priority::controller)
         .with(workflow::controller)
         .with(move |shared| tuner::controller(shared, poll))
+        .with(move |shared| serving::controller(shared, metrics_url.clone(), check))
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
         .with_if(native_queue, queue::controller)
