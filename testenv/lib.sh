@@ -33,10 +33,18 @@ KUEUE_RECIPE=1
 kueue_hash() {
   { echo "recipe=$KUEUE_RECIPE"; cd "$TESTENV_DIR" && cat go/kueue/go.mod go/kueue/go.sum go/kueue/*.go; } | sha256sum | cut -c1-10
 }
+# Prometheus (testenv/build --with-prometheus): the E2E tests of inference canaries start it
+# themselves, fed by a scrape of series the test serves. Its own cache directory too.
+PROMETHEUS_VERSION=v0.316.0
+PROMETHEUS_RECIPE=1
+prometheus_hash() {
+  { echo "recipe=$PROMETHEUS_RECIPE"; cd "$TESTENV_DIR" && cat go/prometheus/go.mod go/prometheus/go.sum go/prometheus/*.go; } | sha256sum | cut -c1-10
+}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(testenv_hash)"
 CACHE_BASE="${GRYVIA_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gryvia/testenv}"
 BIN_DIR="$CACHE_BASE/$VERSION_KEY"
 KUEUE_BIN_DIR="$CACHE_BASE/kueue-${KUEUE_VERSION}_$(kueue_hash)"
+PROMETHEUS_BIN_DIR="$CACHE_BASE/prometheus-${PROMETHEUS_VERSION}_$(prometheus_hash)"
 
 # Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
 TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -52,6 +60,8 @@ binaries_present() {
 
 # Kueue's controller manager, the runner of its scheduler performance test, and the module's
 # CRDs and webhook manifests (copied next to the binaries, applied as they are).
+prometheus_present() { [[ -x "$PROMETHEUS_BIN_DIR/prometheus" ]]; }
+
 kueue_present() {
   [[ -x "$KUEUE_BIN_DIR/kueue" && -x "$KUEUE_BIN_DIR/kueue-scheduler-perf-runner" \
      && -f "$KUEUE_BIN_DIR/webhook-manifests.yaml" && -d "$KUEUE_BIN_DIR/crds" ]]

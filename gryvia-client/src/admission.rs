@@ -38,6 +38,8 @@ use crate::{Error, Result, api_err};
 pub const VALIDATE_PATH: &str = "/validate-aijob";
 /// Path of the mutating webhook.
 pub const MUTATE_PATH: &str = "/mutate-aijob";
+/// Path of the mutating webhook of GryviaModelRegistries (the audit of stage changes).
+pub const MUTATE_REGISTRY_PATH: &str = "/mutate-modelregistry";
 
 /// The watch caches the webhooks read.
 #[derive(Clone)]
@@ -229,6 +231,8 @@ pub enum Hook {
     Validate,
     /// Mutating.
     Mutate,
+    /// Mutating, of model registries.
+    MutateRegistry,
 }
 
 impl Hook {
@@ -236,12 +240,45 @@ impl Hook {
         match self {
             Hook::Validate => "validate",
             Hook::Mutate => "mutate",
+            Hook::MutateRegistry => "mutate_registry",
         }
     }
 }
 
+/// Answers one `AdmissionReview` of a GryviaModelRegistry (create or update): always allowed,
+/// with the patch that records its stage changes and the request's user in the audit
+/// annotation (`gryvia_reconcile::registry::audit`).
+pub fn review_registry(body: &Value, now: jiff::Timestamp) -> Value {
+    use gryvia_types::GryviaModelRegistry;
+    let request = &body["request"];
+    let uid = request["uid"].clone();
+    let respond = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+    let new: GryviaModelRegistry = match serde_json::from_value(request["object"].clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            // Not ours to refuse: the API server's schema judges the object.
+            return respond(json!({"uid": uid, "allowed": true,
+                "warnings": [format!("gryvia: stage changes not audited, the object is not a GryviaModelRegistry: {e}")]}));
+        }
+    };
+    let old: Option<GryviaModelRegistry> =
+        serde_json::from_value(request["oldObject"].clone()).ok();
+    let user = request["userInfo"]["username"].as_str();
+    let ops = gryvia_reconcile::registry::audit(old.as_ref(), &new, user, now);
+    let mut r = json!({"uid": uid, "allowed": true});
+    if !ops.is_empty() {
+        let patch = serde_json::to_vec(&ops).unwrap_or_default();
+        r["patchType"] = json!("JSONPatch");
+        r["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(patch));
+    }
+    respond(r)
+}
+
 /// Answers one `AdmissionReview` (the whole request body) with the response body.
 pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
+    if hook == Hook::MutateRegistry {
+        return review_registry(body, jiff::Timestamp::now());
+    }
     let request = &body["request"];
     let uid = request["uid"].clone();
     let respond = |response: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
@@ -298,7 +335,7 @@ pub fn review(state: &WebhookState, hook: Hook, body: &Value) -> Value {
             }
             respond(r)
         }
-        Hook::Validate => {
+        Hook::Validate | Hook::MutateRegistry => {
             let decision = match state.caches.facts(&job, &namespace) {
                 Ok(mut world) => {
                     world.requester = request["userInfo"]["username"].as_str().map(str::to_owned);
@@ -367,11 +404,17 @@ async fn handle(
         .into_response()
 }
 
-/// The webhook routes: `POST /validate-aijob`, `POST /mutate-aijob`, `GET /healthz`.
+/// The webhook routes: `POST /validate-aijob`, `POST /mutate-aijob`, `POST
+/// /mutate-modelregistry`, `GET /healthz`.
 pub fn router(state: WebhookState) -> Router {
     let v = state.clone();
+    let r = state.clone();
     let m = state;
     Router::new()
+        .route(
+            MUTATE_REGISTRY_PATH,
+            post(move |body: axum::body::Bytes| handle(r.clone(), Hook::MutateRegistry, body)),
+        )
         .route(
             VALIDATE_PATH,
             post(move |body: axum::body::Bytes| handle(v.clone(), Hook::Validate, body)),
@@ -615,9 +658,15 @@ pub async fn register(client: &kube::Client, reg: &Registration) -> Result<()> {
         })
     };
     let meta = json!({"name": reg.name, "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE}});
+    // The audit of model stages: creates and updates of registries, with the old object.
+    let mut registry_hook = hook("mutate.modelregistries.gryvia.io", MUTATE_REGISTRY_PATH);
+    registry_hook["rules"] = json!([{
+        "apiGroups": ["gryvia.io"], "apiVersions": ["v1alpha1"],
+        "resources": ["gryviamodelregistries"], "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"
+    }]);
     let mutating: MutatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-        "metadata": meta, "webhooks": [hook("mutate.aijobs.gryvia.io", MUTATE_PATH)]
+        "metadata": meta, "webhooks": [hook("mutate.aijobs.gryvia.io", MUTATE_PATH), registry_hook]
     }))
     .map_err(|source| Error::Serialize {
         what: "MutatingWebhookConfiguration".to_owned(),

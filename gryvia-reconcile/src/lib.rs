@@ -32,6 +32,7 @@ pub mod metering;
 pub mod plan;
 pub mod priority;
 pub mod queue;
+pub mod registry;
 pub mod reservation;
 pub mod serving;
 pub mod template;

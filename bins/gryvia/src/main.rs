@@ -13,6 +13,7 @@ mod billing;
 mod health;
 mod jobs;
 mod output;
+mod serve;
 mod tenant;
 mod tune;
 
@@ -149,6 +150,12 @@ enum Command {
     /// Hyperparameter studies (GryviaAutoTuners).
     #[command(subcommand)]
     Tune(tune::TuneCommand),
+    /// Model registries: versions, stages, the audit trail, promotion.
+    #[command(subcommand)]
+    Model(serve::ModelCommand),
+    /// Inference services: what is served, the canary's checks and decision.
+    #[command(subcommand)]
+    Serve(serve::ServeCommand),
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -277,6 +284,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Invoice(cmd) => block_on(billing::run(cmd)),
         Command::Tune(cmd) => block_on(tune::run(cmd)),
+        Command::Model(cmd) => block_on(serve::run_model(cmd)),
+        Command::Serve(cmd) => block_on(serve::run_serve(cmd)),
         Command::Cost {
             name,
             period,

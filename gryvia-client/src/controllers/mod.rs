@@ -13,6 +13,7 @@ pub mod metering;
 pub mod priority;
 pub mod queue;
 pub mod quota;
+pub mod registry;
 pub mod reservation;
 pub mod serving;
 pub mod template;

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
 use crate::controllers::{
-    aijob, job_hook, kueue, priority, queue, reservation, serving, template, tuner, workflow,
+    aijob, job_hook, kueue, priority, queue, registry, reservation, serving, template, tuner,
+    workflow,
 };
 use crate::{Error, Result};
 
@@ -121,6 +122,7 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
         .with(workflow::controller)
         .with(move |shared| tuner::controller(shared, poll))
         .with(move |shared| serving::controller(shared, metrics_url.clone(), check))
+        .with(registry::controller)
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
         .with_if(native_queue, queue::controller)
