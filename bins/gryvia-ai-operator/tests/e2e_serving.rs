@@ -2,6 +2,8 @@
 //! pods and a real Prometheus (built by `testenv/build --with-prometheus`) scraping series the
 //! test serves for the canary's pods. Skipped without a control plane unless `GRYVIA_E2E=1`.
 
+#![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+
 #[allow(dead_code, reason = "each test file uses part of the shared harness")]
 mod common;
 
