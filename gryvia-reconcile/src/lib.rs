@@ -39,6 +39,7 @@ pub mod template;
 pub mod tenancy;
 pub mod tuner;
 pub mod workflow;
+pub mod workspace;
 
 pub use plan::{
     Child, Delivery, Email, Event, EventType, Eviction, NodeOp, Notification, ObjectRef, Plan,

@@ -907,11 +907,12 @@ pub struct GryviaWorkspaceSpec {
     /// A persistent home directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<WorkspaceStorage>,
-    /// Stop the pod after this many idle minutes (never when absent).
+    /// Stop (cull) the pod after this many minutes without activity reported by the server
+    /// itself (never when absent); its storage is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 5, max = 10080))]
+    #[schemars(range(min = 1, max = 10080))]
     pub idle_timeout_minutes: Option<i32>,
-    /// Desired state.
+    /// Desired state: true deletes the pod and keeps the storage.
     #[serde(default)]
     pub stopped: bool,
 }
@@ -950,6 +951,12 @@ pub struct GryviaWorkspaceStatus {
     /// Last activity seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_activity: Option<Time>,
+    /// UID of the pod whose GPU time is being metered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_pod_uid: Option<String>,
+    /// When that pod started (its usage record's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_start: Option<Time>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

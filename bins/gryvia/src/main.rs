@@ -16,6 +16,7 @@ mod output;
 mod serve;
 mod tenant;
 mod tune;
+mod workspace;
 
 /// Gryvia: GPU clusters on Kubernetes.
 #[derive(Parser, Debug)]
@@ -156,6 +157,9 @@ enum Command {
     /// Inference services: what is served, the canary's checks and decision.
     #[command(subcommand)]
     Serve(serve::ServeCommand),
+    /// GPU notebooks and code-server workspaces: list, start, stop, open.
+    #[command(subcommand)]
+    Workspace(workspace::WorkspaceCommand),
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -286,6 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tune(cmd) => block_on(tune::run(cmd)),
         Command::Model(cmd) => block_on(serve::run_model(cmd)),
         Command::Serve(cmd) => block_on(serve::run_serve(cmd)),
+        Command::Workspace(cmd) => block_on(workspace::run(cmd)),
         Command::Cost {
             name,
             period,

@@ -21,6 +21,7 @@ pub mod tenant;
 pub mod tuner;
 pub mod usage_record;
 pub mod workflow;
+pub mod workspace;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -9,7 +9,7 @@ use super::{ControllerSet, OperatorFlags, Sidecar};
 use crate::admission::{Endpoint, Registration, WebhookOptions};
 use crate::controllers::{
     aijob, job_hook, kueue, priority, queue, registry, reservation, serving, template, tuner,
-    workflow,
+    workflow, workspace,
 };
 use crate::{Error, Result};
 
@@ -58,6 +58,10 @@ pub struct Flags {
     /// queries.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub canary_check_seconds: u64,
+    /// How often a running GryviaWorkspace with an idle timeout reads its server's activity
+    /// (seconds, at least 1).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub workspace_poll_seconds: u64,
     /// Serve the admission webhooks (TLS) on this address and register them (not with
     /// --dry-run: registering is a change to the cluster).
     #[arg(long, conflicts_with = "dry_run")]
@@ -108,6 +112,7 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
     let poll = std::time::Duration::from_secs(flags.tuner_poll_seconds);
     let metrics_url = flags.metrics_url.clone();
     let check = std::time::Duration::from_secs(flags.canary_check_seconds);
+    let workspace_poll = std::time::Duration::from_secs(flags.workspace_poll_seconds);
     let scheduling = if flags.kueue_integration {
         aijob::Scheduling::Kueue
     } else if native_queue {
@@ -123,6 +128,7 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
         .with(move |shared| tuner::controller(shared, poll))
         .with(move |shared| serving::controller(shared, metrics_url.clone(), check))
         .with(registry::controller)
+        .with(move |shared| workspace::controller(shared, workspace_poll))
         .with_if(flags.enable_reservations, reservation::controller)
         .with_if(flags.enable_job_hooks, job_hook::controller)
         .with_if(native_queue, queue::controller)
