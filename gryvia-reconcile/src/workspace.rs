@@ -21,7 +21,8 @@
 //! - **Metering.** A pod with GPUs that has started gets an open GryviaUsageRecord (kind
 //!   GryviaWorkspace, from the pod's start), closed when the pod is deleted or found gone;
 //!   it is priced and counted like a job's (budgets, invoices, the gate). The GPUs count
-//!   against the namespace's ResourceQuota as any pod's do.
+//!   against the namespace's ResourceQuota as any pod's do: a workspace whose GPUs do not fit
+//!   what is left is not started (`Ready=False, QuotaExceeded` with the numbers) until they do.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use gryvia_types::{
 };
 use serde_json::{Value, json};
 
+use crate::admission::GpuQuota;
 use crate::metering::{Sku, sku_name};
 use crate::{Child, EventType, ObjectRef, Plan, Reconcile, Timestamp};
 
@@ -164,6 +166,8 @@ pub struct WorkspaceWorld {
     pub node_product: Option<String>,
     /// The SKU catalogue.
     pub skus: Vec<Sku>,
+    /// The namespace's tightest GPU quota.
+    pub quota: Option<GpuQuota>,
 }
 
 impl Default for WorkspaceWorld {
@@ -176,6 +180,7 @@ impl Default for WorkspaceWorld {
             tenant: None,
             node_product: None,
             skus: Vec::new(),
+            quota: None,
         }
     }
 }
@@ -567,6 +572,16 @@ impl WorkspaceReconciler {
             }
             (None, true, _) => {
                 Self::close_session(ws, world, now, status, plan);
+                let gpus = i64::from(ws.spec.gpus);
+                if let Some(q) = world.quota.as_ref().filter(|q| gpus > q.hard - q.used) {
+                    let message = format!(
+                        "needs {gpus} GPU(s); ResourceQuota {} has {} of {} left: it starts when they are free",
+                        q.name,
+                        (q.hard - q.used).max(0),
+                        q.hard
+                    );
+                    return ("Pending", "QuotaExceeded", message);
+                }
                 plan.apply_built(Child::from_json(pod(ws)));
                 ("Pending", "Starting", "the pod is being made".to_owned())
             }
@@ -649,6 +664,9 @@ impl Reconcile for WorkspaceReconciler {
             && let Some(next) = look.next
         {
             plan.requeue(next);
+        }
+        if reason == "QuotaExceeded" {
+            plan.requeue(self.poll);
         }
         plan.set_status_if_changed(current.as_ref(), status);
         plan

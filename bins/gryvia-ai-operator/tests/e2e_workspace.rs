@@ -1,9 +1,10 @@
 //! End-to-end: a GPU notebook (GryviaWorkspace) against the real API server, a KWOK pod and a
 //! real Jupyter server (PyPI `jupyter_server`, installed by `scripts/setup`) listening on the
 //! KWOK pod's IP, which the test puts on the loopback interface (root), so the operator
-//! reads the server's own `/api/status` through the API server's pod proxy. The notebook is
-//! culled after its idle timeout with its claim kept, started again with the CLI, and
-//! stopped. Skipped without a control plane unless `GRYVIA_E2E=1`.
+//! reads the server's own `/api/status` through the API server's pod proxy. The notebook
+//! waits for room in its namespace's GPU quota, is culled after its idle timeout with its
+//! claim kept, started again with the CLI, and stopped. Skipped without a control plane unless
+//! `GRYVIA_E2E=1`.
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
@@ -15,9 +16,11 @@ use std::time::Duration;
 use gryvia_reconcile::workspace::{CULLED_ANNOTATION, TOKEN_KEY};
 use gryvia_testsupport::{ClusterObject, Process, TestNamespace, wait_for};
 use gryvia_types::{GryviaUsageRecord, GryviaWorkspace};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, Pod, ResourceQuota, Secret,
+};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// The `gryvia` CLI cargo built beside the ai-operator.
@@ -138,7 +141,8 @@ async fn running_pod(pods: &Api<Pod>, not_uid: Option<&str>) -> Pod {
     clippy::too_many_lines,
     reason = "one end-to-end scenario, read top to bottom"
 )]
-async fn an_idle_notebook_is_culled_keeping_its_storage_then_started_and_stopped() {
+async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then_started_and_stopped()
+ {
     let Some(client) = gryvia_testsupport::client().await else {
         return;
     };
@@ -177,8 +181,44 @@ async fn an_idle_notebook_is_culled_keeping_its_storage_then_started_and_stopped
                  "idleTimeoutMinutes": 1}
     }))
     .unwrap();
+    // The namespace's GPU quota has no room yet: the workspace waits and says so.
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}
+    }))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for("the quota counted", Duration::from_secs(30), || {
+        let quotas = quotas.clone();
+        async move { quotas.get("gpus").await.ok()?.status?.hard.map(|_| ()) }
+    })
+    .await
+    .unwrap();
     workspaces.create(&PostParams::default(), &w).await.unwrap();
+    let waiting = wait_for("waiting for quota", Duration::from_secs(30), || {
+        let workspaces = workspaces.clone();
+        async move {
+            let st = workspaces.get("nb").await.ok()?.status?;
+            let c = gryvia_types::conditions::find(&st.conditions, "Ready")?.clone();
+            (c.reason == "QuotaExceeded").then_some(c.message)
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        waiting,
+        "needs 1 GPU(s); ResourceQuota gpus has 0 of 0 left: it starts when they are free"
+    );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    assert!(pods.get_opt("nb").await.unwrap().is_none());
+    quotas
+        .patch(
+            "gpus",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}})),
+        )
+        .await
+        .unwrap();
     let pod = running_pod(&pods, None).await;
     let ip = pod.status.clone().unwrap().pod_ip.unwrap();
     let c = &pod.spec.clone().unwrap().containers[0];

@@ -12,14 +12,14 @@ use gryvia_reconcile::workspace::{
     self, Activity, PodState, TOKEN_KEY, WORKSPACE_LABEL, WorkspaceReconciler, WorkspaceWorld,
 };
 use gryvia_types::{GryviaGpuSku, GryviaWorkspace, labels};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 
 use super::budget::catalogue;
-use super::{Running, Shared, cached, changed};
+use super::{Running, Shared, cached, changed, in_namespace};
 use crate::Result;
 use crate::cache::{NamespaceMeta, NodeMeta, wait_ready};
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -34,6 +34,7 @@ pub struct WorkspaceObserver {
     namespaces: Store<NamespaceMeta>,
     nodes: Store<NodeMeta>,
     skus: Store<GryviaGpuSku>,
+    quotas: Store<ResourceQuota>,
 }
 
 /// A pod as the policy sees it.
@@ -114,6 +115,7 @@ impl Observe for WorkspaceObserver {
         wait_ready(&self.namespaces, "Namespace").await?;
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.skus, "GryviaGpuSku").await?;
+        wait_ready(&self.quotas, "ResourceQuota").await?;
         let ns = ws.namespace().unwrap_or_default();
         let name = ws.name_any();
         let uid = ws.uid().unwrap_or_default();
@@ -146,6 +148,11 @@ impl Observe for WorkspaceObserver {
                 .and_then(|n| n.labels().get(labels::TENANT).cloned()),
             node_product,
             skus: catalogue(&self.skus),
+            quota: gryvia_reconcile::admission::GpuQuota::tightest(
+                in_namespace(&self.quotas, Some(&ns))
+                    .iter()
+                    .map(AsRef::as_ref),
+            ),
         })
     }
 }
@@ -163,6 +170,7 @@ pub fn controller(shared: &Shared, poll: Duration) -> Running {
         namespaces: caches.store(),
         nodes: caches.store(),
         skus: caches.store(),
+        quotas: caches.store(),
     };
     Box::pin(run(
         ctrl,

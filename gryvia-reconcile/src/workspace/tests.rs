@@ -360,3 +360,46 @@ fn a_pod_that_vanished_closes_its_record_and_a_cpu_workspace_is_not_metered() {
     );
     assert!(applied(&plan, "GryviaUsageRecord").is_empty());
 }
+
+#[test]
+fn a_workspace_over_the_gpu_quota_waits_and_says_by_how_much() {
+    let w = ws(json!({"gpus": 2}));
+    let quota = |used| {
+        Some(GpuQuota {
+            name: "tenant-a-gpus".into(),
+            hard: 8,
+            used,
+        })
+    };
+    let plan = R.reconcile(
+        &w,
+        &WorkspaceWorld {
+            quota: quota(7),
+            ..WorkspaceWorld::default()
+        },
+        at(0),
+    );
+    assert!(applied(&plan, "Pod").is_empty());
+    assert_eq!(plan.requeue_after(), Some(Duration::from_secs(15)));
+    let ready = plan
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "QuotaExceeded");
+    assert_eq!(
+        ready.message,
+        "needs 2 GPU(s); ResourceQuota tenant-a-gpus has 1 of 8 left: it starts when they are free"
+    );
+    let plan = R.reconcile(
+        &w,
+        &WorkspaceWorld {
+            quota: quota(6),
+            ..WorkspaceWorld::default()
+        },
+        at(30),
+    );
+    assert_eq!(applied(&plan, "Pod").len(), 1);
+}
