@@ -219,14 +219,16 @@ pub fn analysing(isvc: &GryviaInferenceService) -> bool {
     !same || status.and_then(|s| s.canary_phase.as_deref()) == Some(phase::PROGRESSING)
 }
 
-/// Which version the stable Deployment serves and where its weights are.
-fn stable_model(isvc: &GryviaInferenceService, world: &ServingWorld) -> (String, Option<String>) {
-    let status = isvc.status.as_ref();
+/// Which version the stable Deployment serves and where its weights are, given the status
+/// this reconcile writes (a promotion decided now serves the canary's version at once).
+fn stable_model(
+    isvc: &GryviaInferenceService,
+    status: &GryviaInferenceServiceStatus,
+    world: &ServingWorld,
+) -> (String, Option<String>) {
     if let Some(canary) = &isvc.spec.canary {
-        let promoted = status.is_some_and(|s| {
-            s.canary_phase.as_deref() == Some(phase::PROMOTED)
-                && s.canary_version.as_deref() == Some(canary.version.as_str())
-        });
+        let promoted = status.canary_phase.as_deref() == Some(phase::PROMOTED)
+            && status.canary_version.as_deref() == Some(canary.version.as_str());
         if promoted {
             let uri = canary
                 .uri
@@ -873,7 +875,7 @@ impl Reconcile for ServingReconciler {
         let ns = isvc.metadata.namespace.clone().unwrap_or_default();
         let generation = isvc.metadata.generation;
         let canary_wanted = self.canary(isvc, world, now, &mut status, &mut plan);
-        let (version, uri) = stable_model(isvc, world);
+        let (version, uri) = stable_model(isvc, &status, world);
         let canary_uri = isvc.spec.canary.as_ref().map(|c| {
             c.uri
                 .clone()

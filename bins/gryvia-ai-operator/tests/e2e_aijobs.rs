@@ -38,19 +38,6 @@ struct Setup {
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
-/// Removes a test's webhook configurations when dropped (they only select the test's own
-/// namespace, so a left-over one harms nobody, but the cluster stays tidy).
-struct WebhookCleanup(String);
-
-impl Drop for WebhookCleanup {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        gryvia_testsupport::on_drop(move |c| async move {
-            let _ = gryvia_client::admission::unregister(&c, &name).await;
-        });
-    }
-}
-
 impl Setup {
     async fn new(name: &str) -> Option<Setup> {
         Self::start(name, &[], None).await
@@ -62,7 +49,7 @@ impl Setup {
         name: &str,
         label: Option<(&str, &str)>,
         more: &[&str],
-    ) -> Option<(Setup, WebhookCleanup)> {
+    ) -> Option<(Setup, common::WebhookCleanup)> {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         let hook_name = unique("gryvia-e2e");
@@ -76,7 +63,7 @@ impl Setup {
         ];
         args.extend(more.iter().map(|m| (*m).to_owned()));
         let s = Self::start(name, &args, label).await?;
-        let cleanup = WebhookCleanup(hook_name.clone());
+        let cleanup = common::WebhookCleanup(hook_name.clone());
         use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
         let vwc: Api<ValidatingWebhookConfiguration> = Api::all(s.client.clone());
         wait_for("webhooks registered", Duration::from_secs(60), || {

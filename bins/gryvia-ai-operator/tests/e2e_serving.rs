@@ -20,35 +20,6 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-/// The `gryvia` CLI cargo built beside the ai-operator.
-fn cli() -> std::path::PathBuf {
-    let path =
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name("gryvia");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p gryvia-cli` first (`cargo test --workspace` builds it)",
-        path.display()
-    );
-    path
-}
-
-/// Runs the CLI against the test's control plane: success, stdout, stderr.
-fn gryvia(args: &[&str]) -> (bool, String, String) {
-    let gryvia_testsupport::Cluster::Ready { kubeconfig } = gryvia_testsupport::cluster() else {
-        unreachable!("the test runs against a control plane")
-    };
-    let out = std::process::Command::new(cli())
-        .args(args)
-        .env("KUBECONFIG", &kubeconfig)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The Prometheus server testenv built.
 fn prometheus_bin() -> String {
     let path = std::env::var("GRYVIA_PROMETHEUS_BIN").unwrap_or_else(|_| {
@@ -164,18 +135,6 @@ async fn start_prometheus(
     (process, port, dir)
 }
 
-/// Removes the test's webhook configurations when dropped.
-struct WebhookCleanup(String);
-
-impl Drop for WebhookCleanup {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        gryvia_testsupport::on_drop(move |c| async move {
-            let _ = gryvia_client::admission::unregister(&c, &name).await;
-        });
-    }
-}
-
 /// A scratch directory removed on drop.
 mod tempdir {
     pub struct Dir {
@@ -270,7 +229,7 @@ async fn production_versions_are_served_a_good_canary_promoted_and_a_bad_one_rol
         "ai-operator-serving",
     )
     .unwrap();
-    let _unregister = WebhookCleanup(hook_name.clone());
+    let _unregister = common::WebhookCleanup(hook_name.clone());
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     let mwc: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     wait_for("webhooks registered", Duration::from_secs(60), || {
@@ -335,7 +294,7 @@ async fn production_versions_are_served_a_good_canary_promoted_and_a_bad_one_rol
         .unwrap();
 
     // v2 to production with the CLI: a canary next to v1, good metrics, promoted.
-    let (ok, out, err) = gryvia(&[
+    let (ok, out, err) = common::gryvia(&[
         "model",
         "promote",
         "llama",
@@ -543,20 +502,20 @@ async fn production_versions_are_served_a_good_canary_promoted_and_a_bad_one_rol
     );
 
     // The CLI shows it; a version that does not exist is one line naming the field.
-    let (ok, out, err) = gryvia(&["serve", "status", "llama", "-n", &ns.name]);
+    let (ok, out, err) = common::gryvia(&["serve", "status", "llama", "-n", &ns.name]);
     assert!(ok, "{err}");
     assert!(out.contains("Canary:     v3 RolledBack"), "{out}");
     assert!(out.contains("Failed"), "{out}");
-    let (ok, out, _) = gryvia(&["model", "history", "llama", "-n", &ns.name]);
+    let (ok, out, _) = common::gryvia(&["model", "history", "llama", "-n", &ns.name]);
     assert!(ok && out.contains("alice"), "{out}");
-    let (ok, out, _) = gryvia(&["model", "list", "-n", &ns.name]);
+    let (ok, out, _) = common::gryvia(&["model", "list", "-n", &ns.name]);
     assert!(ok, "{out}");
     let v2 = out.lines().find(|l| l.contains(" v2 ")).unwrap();
     assert!(
         v2.contains("archived") && v2.trim_end().ends_with("llama"),
         "{out}"
     );
-    let (ok, _, err) = gryvia(&[
+    let (ok, _, err) = common::gryvia(&[
         "model", "promote", "llama", "v9", "--stage", "staging", "-n", &ns.name,
     ]);
     assert!(!ok);

@@ -23,18 +23,6 @@ use gryvia_types::{GryviaAIJob, GryviaAutoTuner, GryviaAutoTunerSpec, JobPhase, 
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-/// The `gryvia` CLI cargo built beside the ai-operator.
-fn cli() -> std::path::PathBuf {
-    let path =
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name("gryvia");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p gryvia-cli` first (`cargo test --workspace` builds it)",
-        path.display()
-    );
-    path
-}
-
 /// The study: x (an int) is each trial's final loss; its log reports 5x, 2x and x (as text:
 /// "5" + x ...) at steps 1, 3 and 9, 2, 6 and 12 s after it starts, and it ends after 16 s;
 /// `crash` makes a quarter of the trials fail.
@@ -303,7 +291,7 @@ async fn an_asha_study_stops_poor_trials_survives_a_restart_and_a_crash_and_pick
     let gryvia_testsupport::Cluster::Ready { kubeconfig } = gryvia_testsupport::cluster() else {
         unreachable!("the test runs against a control plane")
     };
-    let out = std::process::Command::new(cli())
+    let out = std::process::Command::new(common::cli())
         .args(["tune", "status", "sweep", "-n", &ns.name])
         .env("KUBECONFIG", &kubeconfig)
         .output()
@@ -323,7 +311,7 @@ async fn an_asha_study_stops_poor_trials_survives_a_restart_and_a_crash_and_pick
         "{text}"
     );
     assert!(text.contains("EarlyStopped"), "{text}");
-    let missing = std::process::Command::new(cli())
+    let missing = std::process::Command::new(common::cli())
         .args(["tune", "status", "nope", "-n", &ns.name])
         .env("KUBECONFIG", &kubeconfig)
         .output()

@@ -23,34 +23,6 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-/// The `gryvia` CLI cargo built beside the ai-operator.
-fn cli() -> std::path::PathBuf {
-    let path =
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name("gryvia");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p gryvia-cli` first (`cargo test --workspace` builds it)",
-        path.display()
-    );
-    path
-}
-
-fn gryvia(args: &[&str]) -> (bool, String, String) {
-    let gryvia_testsupport::Cluster::Ready { kubeconfig } = gryvia_testsupport::cluster() else {
-        unreachable!("the test runs against a control plane")
-    };
-    let out = std::process::Command::new(cli())
-        .args(args)
-        .env("KUBECONFIG", &kubeconfig)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The address `ip` on the loopback interface (this kernel has no dummy interfaces), removed
 /// on drop: the machine answers on it, and it is not a loopback address to the API server.
 struct LocalAddress(String);
@@ -339,7 +311,7 @@ async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then
     assert!(end.duration_since(culled_at).as_secs_f64().abs() < 5.0);
 
     // Started again with the CLI: a new pod on the same claim; then stopped.
-    let (ok, out, err) = gryvia(&["workspace", "start", "nb", "-n", &ns.name]);
+    let (ok, out, err) = common::gryvia(&["workspace", "start", "nb", "-n", &ns.name]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "nb: starting");
     let old_uid = pod.uid().unwrap();
@@ -349,9 +321,9 @@ async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then
         vols[0].persistent_volume_claim.as_ref().unwrap().claim_name,
         "nb-home"
     );
-    let (ok, out, _) = gryvia(&["workspace", "list", "-n", &ns.name]);
+    let (ok, out, _) = common::gryvia(&["workspace", "list", "-n", &ns.name]);
     assert!(ok && out.contains("nb") && out.contains("jupyter"), "{out}");
-    let (ok, out, _) = gryvia(&["workspace", "open", "nb", "-n", &ns.name]);
+    let (ok, out, _) = common::gryvia(&["workspace", "open", "nb", "-n", &ns.name]);
     assert!(ok, "{out}");
     assert!(
         out.starts_with(&format!(
@@ -361,7 +333,7 @@ async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then
         "{out}"
     );
     assert!(out.contains(&format!("token={token}")), "{out}");
-    let (ok, _, err) = gryvia(&["workspace", "stop", "nb", "-n", &ns.name]);
+    let (ok, _, err) = common::gryvia(&["workspace", "stop", "nb", "-n", &ns.name]);
     assert!(ok, "{err}");
     wait_for("stopped", Duration::from_secs(60), || {
         let (pods, workspaces) = (pods.clone(), workspaces.clone());
@@ -384,7 +356,7 @@ async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then
             .is_some(),
         "stopping keeps the storage"
     );
-    let (ok, _, err) = gryvia(&["workspace", "start", "nope", "-n", &ns.name]);
+    let (ok, _, err) = common::gryvia(&["workspace", "start", "nope", "-n", &ns.name]);
     assert!(
         !ok && err.trim().lines().count() == 1 && err.contains("nope"),
         "{err}"

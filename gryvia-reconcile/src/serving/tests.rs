@@ -311,6 +311,15 @@ fn a_good_canary_is_checked_each_interval_and_promoted_after_its_analysis() {
     );
     let last = plans.last().unwrap();
     assert!(last.events.iter().any(|e| e.reason == "CanaryPromoted"));
+    // The promoting reconcile itself serves v2 and removes the canary: nothing else may come
+    // to trigger another (a deleted Deployment is no event for the controller).
+    let stable = applied(last, "Deployment", "chat").unwrap();
+    assert_eq!(
+        stable["spec"]["template"]["metadata"]["labels"][VERSION_LABEL],
+        "v2"
+    );
+    assert!(deleted(last, "Deployment", "chat-canary"));
+    assert_eq!(st.stable_version.as_deref(), Some("v2"));
     // The promotion's reconcile and every later one: the stable track serves v2, no canary.
     let (s, plans) = run(s, &[36], &read(0.001, 0.1));
     let p = &plans[0];

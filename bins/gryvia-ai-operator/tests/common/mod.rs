@@ -3,7 +3,7 @@
 
 pub mod receivers;
 
-use gryvia_testsupport::{NODE_GROUP_TAINT, ServiceAccountAccess};
+use gryvia_testsupport::{Cluster, NODE_GROUP_TAINT, ServiceAccountAccess};
 use serde_json::{Value, json};
 
 /// Access for the operator under exactly the RBAC of `deploy/ai-operator`, its ServiceAccount
@@ -36,4 +36,47 @@ pub fn gpu_job(name: &str, gpus: i32, workers: i32, product: &str, extra: &Value
         }
     }
     json!({"metadata": {"name": name}, "spec": spec})
+}
+
+/// The `gryvia` CLI cargo built beside the ai-operator (`cargo test --workspace` builds it;
+/// alone: `cargo build -p gryvia-cli`).
+pub fn cli() -> std::path::PathBuf {
+    let path =
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name("gryvia");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p gryvia-cli` first (`cargo test --workspace` builds it)",
+        path.display()
+    );
+    path
+}
+
+/// Runs the CLI with `args` against the test's control plane (its admin kubeconfig): whether
+/// it succeeded, its standard output and its standard error.
+pub fn gryvia(args: &[&str]) -> (bool, String, String) {
+    let Cluster::Ready { kubeconfig } = gryvia_testsupport::cluster() else {
+        panic!("the test runs against a control plane")
+    };
+    let out = std::process::Command::new(cli())
+        .args(args)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", cli().display()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Removes a test's admission webhook configurations (named by `--webhook-name`) when dropped.
+pub struct WebhookCleanup(pub String);
+
+impl Drop for WebhookCleanup {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        gryvia_testsupport::on_drop(move |c| async move {
+            let _ = gryvia_client::admission::unregister(&c, &name).await;
+        });
+    }
 }
