@@ -878,8 +878,19 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
         "the reservation's idle record",
         Duration::from_secs(60),
         || {
+            // The open one: a sample the operator's cache had not yet seen its own record of
+            // can open a second record, which closes the first at its start (split, never
+            // overlapping).
             let (records, lp) = (records.clone(), by_reservation.clone());
-            async move { records.list(&lp).await.ok()?.items.into_iter().next() }
+            async move {
+                records
+                    .list(&lp)
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .find(|r| r.spec.end_time.is_none())
+            }
         },
     )
     .await
@@ -919,6 +930,14 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // 8 GPUs at 3600 USD a GPU-hour less 25 %: 0.75 USD a GPU-second.
     let want = gryvia_types::money::Decimal::from_micros(closed.gpu_seconds * 750_000);
     assert_eq!(closed.cost, Some(want), "{closed:?}");
+    // Every record of the reservation is closed now (and cleaned up after the test).
+    for r in records.list(&by_reservation).await.unwrap().items {
+        assert!(r.spec.end_time.is_some(), "{r:?}");
+        let name = r.metadata.name.clone().unwrap();
+        if name != idle_name {
+            objects.records.push(name);
+        }
+    }
 
     agent.abort();
     let _ = std::fs::remove_file(&trace);
