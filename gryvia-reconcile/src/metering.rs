@@ -114,6 +114,14 @@ pub fn sku_name(product: &str, skus: &[Sku]) -> String {
         .unwrap_or_else(|| product.to_owned())
 }
 
+/// The SKU of a workload's record: that of the GPU product it asked for, else of its node's,
+/// else `unknown` (see [`sku_name`]).
+pub fn sku_of_workload(asked: Option<&str>, node: Option<&str>, skus: &[Sku]) -> String {
+    asked
+        .or(node)
+        .map_or_else(|| "unknown".to_owned(), |p| sku_name(p, skus))
+}
+
 /// The name of a job's usage record.
 pub fn record_name(job: &str, uid: &str) -> String {
     let short: String = uid.chars().filter(|c| *c != '-').take(8).collect();
@@ -158,14 +166,11 @@ pub fn usage_record(
     let name = job.metadata.name.clone()?;
     let namespace = job.metadata.namespace.clone()?;
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let product = job
-        .spec
-        .gpu_type
-        .clone()
-        .or_else(|| world.node_product.clone());
-    let sku = product
-        .as_deref()
-        .map_or_else(|| "unknown".to_owned(), |p| sku_name(p, &world.skus));
+    let sku = sku_of_workload(
+        job.spec.gpu_type.as_deref(),
+        world.node_product.as_deref(),
+        &world.skus,
+    );
     let end = status.completion_time.as_ref().map(|t| t.0).or(end);
     let tenant = world.tenant.clone().unwrap_or_else(|| namespace.clone());
     Some(GryviaUsageRecord {

@@ -346,6 +346,9 @@ impl Reconcile for RegistryReconciler {
         let generation = registry.metadata.generation;
         let name = registry.metadata.name.clone().unwrap_or_default();
         let service = world.service.as_ref();
+        status.serving_version = service
+            .and_then(|s| s.status.as_ref())
+            .and_then(|s| s.stable_version.clone());
         let desired = production.and_then(|p| service_spec(registry, &p.version, &p.uri, service));
         match (production, desired) {
             (Some(p), Some(_)) if world.name_taken => {
@@ -381,9 +384,6 @@ impl Reconcile for RegistryReconciler {
                 };
                 plan.apply_built(Child::from_resource(&isvc));
                 status.inference_service = Some(name);
-                status.serving_version = service
-                    .and_then(|s| s.status.as_ref())
-                    .and_then(|s| s.stable_version.clone());
                 let (s, reason, message) = serving_condition(&p.version, service);
                 conditions::set(
                     &mut status.conditions,
@@ -391,9 +391,6 @@ impl Reconcile for RegistryReconciler {
                 );
             }
             _ => {
-                status.serving_version = service
-                    .and_then(|s| s.status.as_ref())
-                    .and_then(|s| s.stable_version.clone());
                 status.conditions.retain(|c| c.type_ != SERVING);
             }
         }

@@ -36,7 +36,7 @@ use gryvia_types::{
 use serde_json::{Value, json};
 
 use crate::admission::GpuQuota;
-use crate::metering::{Sku, sku_name};
+use crate::metering::{Sku, sku_of_workload};
 use crate::{Child, EventType, ObjectRef, Plan, Reconcile, Timestamp};
 
 /// Label of a workspace's children: its name.
@@ -326,14 +326,11 @@ pub fn usage_record(
     }
     let (name, ns) = meta_of(ws);
     let tenant = world.tenant.clone().unwrap_or_else(|| ns.clone());
-    let product = ws
-        .spec
-        .gpu_type
-        .clone()
-        .or_else(|| world.node_product.clone());
-    let sku = product
-        .as_deref()
-        .map_or_else(|| "unknown".to_owned(), |p| sku_name(p, &world.skus));
+    let sku = sku_of_workload(
+        ws.spec.gpu_type.as_deref(),
+        world.node_product.as_deref(),
+        &world.skus,
+    );
     let short: String = pod.uid.chars().filter(|c| *c != '-').take(8).collect();
     Some(GryviaUsageRecord {
         metadata: ObjectMeta {

@@ -311,6 +311,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The namespaced object `name` of kind `K` in `ns`; a one-line error naming it when it cannot
+/// be read or does not exist.
+pub async fn get_named<K>(api: &kube::Api<K>, ns: &str, name: &str) -> anyhow::Result<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    api.get_opt(name)
+        .await
+        .with_context(|| format!("read {kind} {ns}/{name}"))?
+        .with_context(|| format!("{kind} {ns}/{name} not found"))
+}
+
 fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
     tokio::runtime::Runtime::new()
         .context("start the async runtime")?

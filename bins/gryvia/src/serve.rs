@@ -206,11 +206,7 @@ async fn promote(
     // Read, change, replace with the read resourceVersion; a concurrent change (409) is read
     // again, a few times.
     for attempt in 0..5 {
-        let mut r = api
-            .get_opt(name)
-            .await
-            .with_context(|| format!("read GryviaModelRegistry {ns}/{name}"))?
-            .with_context(|| format!("GryviaModelRegistry {ns}/{name} not found"))?;
+        let mut r = crate::get_named(&api, &ns, name).await?;
         let before = r
             .spec
             .versions
@@ -263,11 +259,7 @@ pub async fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
         }
         ModelCommand::History { name, namespace } => {
             let (api, ns) = registry_api(namespace).await?;
-            let r = api
-                .get_opt(&name)
-                .await
-                .with_context(|| format!("read GryviaModelRegistry {ns}/{name}"))?
-                .with_context(|| format!("GryviaModelRegistry {ns}/{name} not found"))?;
+            let r = crate::get_named(&api, &ns, &name).await?;
             crate::print_out(&render_history(&r))
         }
         ModelCommand::Promote {
@@ -292,11 +284,7 @@ pub async fn run_serve(cmd: ServeCommand) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
     let api: Api<GryviaInferenceService> = Api::namespaced(client, &ns);
-    let s = api
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("read GryviaInferenceService {ns}/{name}"))?
-        .with_context(|| format!("GryviaInferenceService {ns}/{name} not found"))?;
+    let s = crate::get_named(&api, &ns, &name).await?;
     if output != Output::Table {
         return print_objects(&[s], output);
     }

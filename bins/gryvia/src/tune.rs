@@ -1,6 +1,5 @@
 //! `gryvia tune status NAME`: a hyperparameter study's progress, its trials and the best.
 
-use anyhow::Context;
 use clap::Subcommand;
 use gryvia_types::{GryviaAutoTuner, JobPhase, Trial};
 use kube::api::Api;
@@ -122,11 +121,7 @@ pub async fn run(cmd: TuneCommand) -> anyhow::Result<()> {
     let client = gryvia_client::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_owned());
     let api: Api<GryviaAutoTuner> = Api::namespaced(client, &ns);
-    let study = api
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("read GryviaAutoTuner {ns}/{name}"))?
-        .with_context(|| format!("GryviaAutoTuner {ns}/{name} not found"))?;
+    let study = crate::get_named(&api, &ns, &name).await?;
     if output != Output::Table {
         return print_objects(&[study], output);
     }

@@ -150,11 +150,7 @@ pub async fn run(cmd: WorkspaceCommand) -> anyhow::Result<()> {
         } => {
             let ns = ns_of(namespace);
             let api: Api<GryviaWorkspace> = Api::namespaced(client.clone(), &ns);
-            let w = api
-                .get_opt(&name)
-                .await
-                .with_context(|| format!("read GryviaWorkspace {ns}/{name}"))?
-                .with_context(|| format!("GryviaWorkspace {ns}/{name} not found"))?;
+            let w = crate::get_named(&api, &ns, &name).await?;
             let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
             let token = secrets
                 .get_opt(&workspace::token_secret(&name))
