@@ -40,11 +40,19 @@ PROMETHEUS_RECIPE=1
 prometheus_hash() {
   { echo "recipe=$PROMETHEUS_RECIPE"; cd "$TESTENV_DIR" && cat go/prometheus/go.mod go/prometheus/go.sum go/prometheus/*.go; } | sha256sum | cut -c1-10
 }
+# Helm (testenv/build --with-helm): CI lints and renders deploy/helm/gryvia with it, and the plain
+# manifests under deploy/ are rendered from the chart by it. Its own cache directory too.
+HELM_VERSION=v4.3.2
+HELM_RECIPE=1
+helm_hash() {
+  { echo "recipe=$HELM_RECIPE"; cd "$TESTENV_DIR" && cat go/helm/go.mod go/helm/go.sum go/helm/*.go; } | sha256sum | cut -c1-10
+}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(testenv_hash)"
 CACHE_BASE="${GRYVIA_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gryvia/testenv}"
 BIN_DIR="$CACHE_BASE/$VERSION_KEY"
 KUEUE_BIN_DIR="$CACHE_BASE/kueue-${KUEUE_VERSION}_$(kueue_hash)"
 PROMETHEUS_BIN_DIR="$CACHE_BASE/prometheus-${PROMETHEUS_VERSION}_$(prometheus_hash)"
+HELM_BIN_DIR="$CACHE_BASE/helm-${HELM_VERSION}_$(helm_hash)"
 
 # Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
 TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -61,6 +69,7 @@ binaries_present() {
 # Kueue's controller manager, the runner of its scheduler performance test, and the module's
 # CRDs and webhook manifests (copied next to the binaries, applied as they are).
 prometheus_present() { [[ -x "$PROMETHEUS_BIN_DIR/prometheus" ]]; }
+helm_present() { [[ -x "$HELM_BIN_DIR/helm" ]]; }
 
 kueue_present() {
   [[ -x "$KUEUE_BIN_DIR/kueue" && -x "$KUEUE_BIN_DIR/kueue-scheduler-perf-runner" \

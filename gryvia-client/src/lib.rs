@@ -28,9 +28,10 @@ use std::time::Duration;
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No usable kubeconfig or in-cluster configuration.
-    #[error("load kubernetes configuration: {0}")]
-    Config(#[source] kube::Error),
+    /// No usable kubeconfig or in-cluster configuration: one line naming the file and the
+    /// cause, each once.
+    #[error("{0}")]
+    Config(String),
     /// A request to the API server failed.
     #[error("{operation}: {source}")]
     Api {
@@ -240,21 +241,7 @@ pub async fn connect_with(
         context: context.map(str::to_owned),
         ..Default::default()
     };
-    let mut config = match (kubeconfig, context) {
-        (None, None) => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Config(kube::Error::InferConfig(e)))?,
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?,
-        (Some(path), _) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?;
-            kube::Config::from_custom_kubeconfig(file, &options)
-                .await
-                .map_err(|e| Error::Config(kube::Error::InferKubeconfig(e)))?
-        }
-    };
+    let mut config = load_config(kubeconfig, &options).await?;
     config.default_retry = false;
     let policy = kube::client::retry::RetryPolicy::new(
         Duration::from_millis(100),
@@ -264,7 +251,7 @@ pub async fn connect_with(
     )
     .map_err(|e| Error::Invalid(format!("read retry policy: {e}")))?;
     Ok(kube::client::ClientBuilder::try_from(config)
-        .map_err(Error::Config)?
+        .map_err(|e| Error::Config(format!("Kubernetes client configuration: {e}")))?
         // Innermost: every request sent, retries included, is counted by verb and resource.
         .with_layer(&tower::util::MapRequestLayer::new(|req: ApiRequest| {
             metrics::count_request(&req);
@@ -274,6 +261,104 @@ pub async fn connect_with(
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(ReadRetry(policy)))
         .build())
+}
+
+/// The client configuration, found the way kubectl finds it: the `kubeconfig` argument, else
+/// the files of `KUBECONFIG`, else `~/.kube/config`, else the in-cluster service account. Each
+/// failure is one line that names the file and its cause once (kube's own inference error
+/// repeats every cause of every source it tried).
+async fn load_config(
+    kubeconfig: Option<&std::path::Path>,
+    options: &kube::config::KubeConfigOptions,
+) -> Result<kube::Config> {
+    const HINT: &str = "set KUBECONFIG or run in a cluster";
+    let from_env: Vec<std::path::PathBuf> = std::env::var_os("KUBECONFIG")
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let paths = match kubeconfig {
+        Some(path) => vec![path.to_path_buf()],
+        None if !from_env.is_empty() => from_env,
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(|h| std::path::Path::new(&h).join(".kube").join("config"));
+            match home {
+                Some(path) if path.exists() => vec![path],
+                _ if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                    return kube::Config::incluster().map_err(|e| {
+                        Error::Config(format!("in-cluster Kubernetes configuration: {e}"))
+                    });
+                }
+                home => {
+                    let tried = home.map_or_else(
+                        || "$HOME is not set".to_owned(),
+                        |p| format!("{}: no such file", p.display()),
+                    );
+                    return Err(Error::Config(format!(
+                        "no Kubernetes configuration: {tried}; {HINT}"
+                    )));
+                }
+            }
+        }
+    };
+    let mut merged: Option<kube::config::Kubeconfig> = None;
+    for path in &paths {
+        let file = read_kubeconfig(path, HINT)?;
+        merged = Some(match merged {
+            None => file,
+            Some(m) => m
+                .merge(file)
+                .map_err(|e| Error::Config(format!("merge kubeconfig {}: {e}", path.display())))?,
+        });
+    }
+    let Some(file) = merged else {
+        return Err(Error::Config(format!(
+            "no Kubernetes configuration; {HINT}"
+        )));
+    };
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    kube::Config::from_custom_kubeconfig(file, options)
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "kubeconfig {}: {}",
+                shown.join(":"),
+                first_line(&e)
+            ))
+        })
+}
+
+/// One kubeconfig file, parsed; a missing, unreadable or malformed file is one line.
+fn read_kubeconfig(path: &std::path::Path, hint: &str) -> Result<kube::config::Kubeconfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "no Kubernetes configuration: {}: no such file; {hint}",
+                path.display()
+            ),
+            std::io::ErrorKind::PermissionDenied => {
+                format!("read kubeconfig {}: permission denied", path.display())
+            }
+            _ => format!("read kubeconfig {}: {e}", path.display()),
+        })
+    })?;
+    kube::config::Kubeconfig::from_yaml(&text).map_err(|e| {
+        let reason = match &e {
+            kube::config::KubeconfigError::Parse(inner) => first_line(inner),
+            other => first_line(other),
+        };
+        Error::Config(format!("malformed kubeconfig {}: {reason}", path.display()))
+    })
+}
+
+/// The first line of an error's message, without a leading `error: `.
+fn first_line(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let line = text.lines().next().unwrap_or_default().trim();
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
 
 /// kube's retry policy, for reads only: a write's 429 can be an answer (an eviction a

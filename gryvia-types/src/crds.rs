@@ -44,7 +44,96 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crate::GryviaWorkspace::crd(),
     ];
     crds.sort_by(|a, b| a.spec.names.kind.cmp(&b.spec.names.kind));
+    for crd in &mut crds {
+        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(PART_OF_LABEL.to_owned(), PART_OF.to_owned());
+        labels.insert(VERSION_LABEL.to_owned(), RELEASE.to_owned());
+    }
     crds
+}
+
+/// The label every Gryvia CRD carries, with [`PART_OF`] as its value.
+pub const PART_OF_LABEL: &str = "app.kubernetes.io/part-of";
+/// The value of [`PART_OF_LABEL`].
+pub const PART_OF: &str = "gryvia";
+/// The label selector of the Gryvia CRDs.
+pub const PART_OF_SELECTOR: &str = "app.kubernetes.io/part-of=gryvia";
+/// The label with the Gryvia release that wrote a CRD.
+pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
+/// This release of Gryvia (the workspace version).
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
+/// One line on the Gryvia CRDs a cluster has (`installed`, read with [`PART_OF_SELECTOR`]),
+/// against this release's: their release label(s), how many of this release's kinds are there
+/// and Established, which are missing, and kinds this release does not know.
+pub fn installed_report(installed: &[CustomResourceDefinition]) -> String {
+    use std::collections::BTreeSet;
+    let ours: BTreeSet<String> = all().into_iter().filter_map(|c| c.metadata.name).collect();
+    let mut releases = BTreeSet::new();
+    let (mut present, mut established, mut unknown) = (BTreeSet::new(), 0usize, Vec::new());
+    for crd in installed {
+        let Some(name) = crd.metadata.name.clone() else {
+            continue;
+        };
+        if let Some(v) = crd
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(VERSION_LABEL))
+        {
+            releases.insert(v.clone());
+        }
+        let is_established = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if ours.contains(&name) {
+            established += usize::from(is_established);
+            present.insert(name);
+        } else {
+            unknown.push(name);
+        }
+    }
+    if present.is_empty() && unknown.is_empty() {
+        return format!(
+            "none installed (this client's release {RELEASE} has {}; run gryvia install)",
+            ours.len()
+        );
+    }
+    let releases: Vec<String> = releases.into_iter().collect();
+    let mut line = format!(
+        "gryvia {} ({} of {} kinds installed, {established} Established, group gryvia.io/{})",
+        if releases.is_empty() {
+            "unlabelled".to_owned()
+        } else {
+            releases.join(", ")
+        },
+        present.len(),
+        ours.len(),
+        crate::VERSION
+    );
+    let missing: Vec<&String> = ours.difference(&present).collect();
+    if !missing.is_empty() {
+        line.push_str(&format!(
+            "; missing: {}",
+            missing
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !unknown.is_empty() {
+        line.push_str(&format!("; unknown to this client: {}", unknown.join(", ")));
+    }
+    if releases.iter().any(|r| r != RELEASE) {
+        line.push_str(&format!("; this client is {RELEASE}: run gryvia install"));
+    }
+    line
 }
 
 /// Every Gryvia kind name, sorted.
@@ -243,6 +332,65 @@ fn locate(body: &[u8], kind: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn established(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+            CustomResourceDefinitionCondition, CustomResourceDefinitionStatus,
+        };
+        crd.status = Some(CustomResourceDefinitionStatus {
+            conditions: Some(vec![CustomResourceDefinitionCondition {
+                type_: "Established".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        crd
+    }
+
+    #[test]
+    fn every_crd_is_labelled_with_the_release_and_the_report_counts_what_is_there() {
+        let crds: Vec<_> = all().into_iter().map(established).collect();
+        for crd in &crds {
+            let labels = crd.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels.get(PART_OF_LABEL).map(String::as_str), Some(PART_OF));
+            assert_eq!(labels.get(VERSION_LABEL).map(String::as_str), Some(RELEASE));
+        }
+        assert_eq!(
+            installed_report(&crds),
+            format!(
+                "gryvia {RELEASE} (31 of 31 kinds installed, 31 Established, group gryvia.io/v1alpha1)"
+            )
+        );
+        assert!(installed_report(&[]).starts_with("none installed"));
+
+        // An older release, one kind missing, one not Established, one this client does not know.
+        let mut old: Vec<_> = crds[1..].to_vec();
+        old[0].status = None;
+        for crd in &mut old {
+            crd.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(VERSION_LABEL.into(), "0.0.9".into());
+        }
+        let mut gone = old[1].clone();
+        gone.metadata.name = Some("gryviaretired.gryvia.io".into());
+        old.push(gone);
+        let line = installed_report(&old);
+        assert!(
+            line.starts_with("gryvia 0.0.9 (30 of 31 kinds installed, 29 Established"),
+            "{line}"
+        );
+        assert!(line.contains("missing: gryviaaijobs.gryvia.io"), "{line}");
+        assert!(
+            line.contains("unknown to this client: gryviaretired.gryvia.io"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(&format!("this client is {RELEASE}: run gryvia install")),
+            "{line}"
+        );
+    }
 
     #[test]
     fn every_kind_is_in_group_gryvia_and_category_gryvia() {

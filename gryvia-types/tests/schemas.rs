@@ -283,28 +283,31 @@ fn template_defaults_have_the_shape_of_the_job_spec() {
 
 #[test]
 fn deploy_crds_are_up_to_date() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds");
-    let mut expected_files = Vec::new();
-    for crd in gryvia_types::crds::all() {
-        let name = gryvia_types::crds::file_name(&crd);
-        let want = gryvia_types::crds::to_yaml(&crd).unwrap();
-        let have = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
-        assert!(
-            have == want,
-            "deploy/crds/{name} is stale: run `cargo run -p gryvia-cli -- crds --out-dir deploy/crds --reference-dir docs/reference`"
+    // deploy/crds for kubectl, and the Helm chart's crds/ (Helm installs those before the rest).
+    for rel in ["deploy/crds", "deploy/helm/gryvia/crds"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+        let mut expected_files = Vec::new();
+        for crd in gryvia_types::crds::all() {
+            let name = gryvia_types::crds::file_name(&crd);
+            let want = gryvia_types::crds::to_yaml(&crd).unwrap();
+            let have = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+            assert!(
+                have == want,
+                "{rel}/{name} is stale: run `cargo run -p gryvia-cli -- crds --out-dir {rel} --reference-dir docs/reference`"
+            );
+            expected_files.push(name);
+        }
+        let mut present: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        present.sort();
+        expected_files.sort();
+        assert_eq!(
+            present, expected_files,
+            "{rel}/ holds files no kind generates"
         );
-        expected_files.push(name);
     }
-    let mut present: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    present.sort();
-    expected_files.sort();
-    assert_eq!(
-        present, expected_files,
-        "deploy/crds/ holds files no kind generates"
-    );
 }
 
 #[test]

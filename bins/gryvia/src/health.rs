@@ -303,33 +303,29 @@ pub async fn maintenance(cmd: MaintenanceCommand) -> anyhow::Result<()> {
                 }
             );
             if drain {
-                let mut last = String::new();
+                let mut progress =
+                    crate::progress::Progress::start_on_stdout(&format!("drain {node}"));
                 let result = gryvia_client::ops::nodes::drain(
                     &client,
                     &node,
                     Duration::from_secs(timeout),
                     Duration::from_secs(2),
                     |p| match p {
-                        DrainProgress::Evicted(pod) => println!("evicted {pod}"),
-                        DrainProgress::Blocked(pod) => println!(
+                        DrainProgress::Evicted(pod) => progress.line(&format!("evicted {pod}")),
+                        DrainProgress::Blocked(pod) => progress.line(&format!(
                             "eviction of {pod} blocked by a PodDisruptionBudget; retrying"
-                        ),
+                        )),
                         DrainProgress::Waiting {
                             evictable,
                             blocked,
                             terminating,
-                        } => {
-                            let line = format!(
-                                "waiting: {evictable} to evict, {blocked} blocked by a PodDisruptionBudget, {terminating} terminating"
-                            );
-                            if line != last {
-                                println!("{line}");
-                                last = line;
-                            }
-                        }
+                        } => progress.state(&format!(
+                            "waiting: {evictable} to evict, {blocked} blocked by a PodDisruptionBudget, {terminating} terminating"
+                        )),
                     },
                 )
                 .await;
+                progress.finish();
                 match result {
                     Ok(plan) => println!(
                         "node {node} drained ({} pod(s) left alone: DaemonSet, mirror or finished)",

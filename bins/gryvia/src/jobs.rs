@@ -105,6 +105,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     for job in created {
         let ns = job.namespace().unwrap_or_default();
         let name = job.name_any();
+        let mut progress = crate::progress::Progress::start(&name);
         let done = gryvia_client::ops::jobs::wait_finished(
             &client,
             &ns,
@@ -116,10 +117,12 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<()> {
                     .as_ref()
                     .and_then(|s| s.message.clone())
                     .unwrap_or_default();
-                eprintln!("{name}: {} {msg}", phase(j));
+                progress.state(format!("{name}: {} {msg}", phase(j)).trim_end());
             },
         )
-        .await?;
+        .await;
+        progress.finish();
+        let done = done?;
         if done.status.as_ref().and_then(|s| s.phase) == Some(JobPhase::Failed) {
             failed.push(format!(
                 "{name}: {}",

@@ -13,6 +13,7 @@ mod billing;
 mod health;
 mod jobs;
 mod output;
+mod progress;
 mod serve;
 mod tenant;
 mod tune;
@@ -160,6 +161,18 @@ enum Command {
     /// GPU notebooks and code-server workspaces: list, start, stop, open.
     #[command(subcommand)]
     Workspace(workspace::WorkspaceCommand),
+    /// Print a shell completion script (`source <(gryvia completion bash)`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// This client's version, the API server's, and the version of the Gryvia CRDs installed.
+    Version {
+        /// Only this client's version (no cluster needed).
+        #[arg(long)]
+        client: bool,
+    },
     /// Install or update the CRDs in the cluster and wait until they are Established.
     Install {
         /// Seconds to wait for the CRDs to become Established.
@@ -208,9 +221,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The error and its causes on one line, each said once: a cause whose text its wrapper already
+/// printed (kube's errors embed their sources) is left out.
 fn one_line(err: &anyhow::Error) -> String {
-    let chain: Vec<String> = err.chain().map(ToString::to_string).collect();
-    chain.join(": ").replace('\n', " ")
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        let text = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Writes `(name, text)` files into `dir` (created when missing).
@@ -297,18 +328,50 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             detailed,
             output,
         } => block_on(billing::cost(&name, period, detailed, output)),
-        Command::Install { timeout } => {
-            let rt = tokio::runtime::Runtime::new().context("start the async runtime")?;
-            rt.block_on(async {
-                let client = gryvia_client::connect().await?;
-                let names =
-                    gryvia_client::crds::install(&client, std::time::Duration::from_secs(timeout))
-                        .await?;
-                println!("{} CRDs installed and Established", names.len());
-                anyhow::Ok(())
-            })
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "gryvia", &mut out);
+            print_out(&String::from_utf8_lossy(&out))
         }
+        Command::Version { client } => {
+            println!("client: gryvia {}", env!("CARGO_PKG_VERSION"));
+            if client {
+                return Ok(());
+            }
+            block_on(server_version())
+        }
+        Command::Install { timeout } => block_on(async {
+            let client = gryvia_client::connect().await?;
+            // A spinner on a terminal; nothing in a pipe, where the result line says it all.
+            let progress = progress::Progress::start("waiting for the CRDs to be Established");
+            let names =
+                gryvia_client::crds::install(&client, std::time::Duration::from_secs(timeout))
+                    .await;
+            progress.finish();
+            println!("{} CRDs installed and Established", names?.len());
+            anyhow::Ok(())
+        }),
     }
+}
+
+/// The API server's version and the Gryvia CRDs installed there: their version label, how many
+/// of this client's kinds are there and Established, and any this client does not know.
+async fn server_version() -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let client = gryvia_client::connect().await?;
+    let info = client
+        .apiserver_version()
+        .await
+        .context("read the API server's version")?;
+    println!("server: Kubernetes {}", info.git_version);
+    let crds = kube::Api::<CustomResourceDefinition>::all(client)
+        .list(&kube::api::ListParams::default().labels(gryvia_types::crds::PART_OF_SELECTOR))
+        .await
+        .context("list the Gryvia CRDs")?;
+    let report = gryvia_types::crds::installed_report(&crds.items);
+    println!("crds:   {report}");
+    Ok(())
 }
 
 /// The namespaced object `name` of kind `K` in `ns`; a one-line error naming it when it cannot
