@@ -277,6 +277,59 @@ pub fn flow_aggregate_status(
     }
 }
 
+/// An interface's link as sysfs states it: its state, its speed, and its error totals since
+/// the interface came up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// `operstate` (`up`, `down`, `unknown`, ...); `None` when the interface is gone.
+    pub oper_state: Option<String>,
+    /// `speed` in Mbit/s; `None` where the driver reports none (virtual links say -1).
+    pub speed_mbps: Option<i64>,
+    /// `statistics/rx_errors`.
+    pub rx_errors: u64,
+    /// `statistics/tx_errors`.
+    pub tx_errors: u64,
+}
+
+/// Reads interface `name` under `sys_net` (`/sys/class/net` on a node): what is missing or
+/// unreadable stays empty, so a vanished interface reads as no state at all.
+pub fn read_link(sys_net: &Path, name: &str) -> Link {
+    let dir = sys_net.join(name);
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .map(|t| t.trim().to_owned())
+    };
+    let number = |f: &str| read(f).and_then(|t| t.parse::<i64>().ok());
+    Link {
+        oper_state: read("operstate"),
+        speed_mbps: number("speed").filter(|s| *s > 0),
+        rx_errors: number("statistics/rx_errors").map_or(0, |n| n.unsigned_abs()),
+        tx_errors: number("statistics/tx_errors").map_or(0, |n| n.unsigned_abs()),
+    }
+}
+
+/// Adds each interface's link state and speed, and its errors in the window (totals `now`
+/// minus totals `before`; a counter that went back, after a reset, counts from zero), to
+/// `status`'s interfaces.
+pub fn add_links(
+    status: &mut GryviaFabricSignalStatus,
+    now: &BTreeMap<String, Link>,
+    before: &BTreeMap<String, Link>,
+) {
+    for counters in &mut status.interfaces {
+        let Some(link) = now.get(&counters.name) else {
+            continue;
+        };
+        let old = before.get(&counters.name);
+        let delta = |n: u64, o: Option<u64>| count(o.map_or(0, |o| n.checked_sub(o).unwrap_or(n)));
+        counters.oper_state.clone_from(&link.oper_state);
+        counters.speed_mbps = link.speed_mbps;
+        counters.rx_errors = delta(link.rx_errors, old.map(|o| o.rx_errors));
+        counters.tx_errors = delta(link.tx_errors, old.map(|o| o.tx_errors));
+    }
+}
+
 /// The status of the node's GryviaFabricSignal for a window: frames per counted interface,
 /// retransmissions, and the median of the RTT samples taken in the window.
 pub fn fabric_signal_status(
@@ -293,7 +346,7 @@ pub fn fabric_signal_status(
                 name: name.clone(),
                 rx_packets: count(t.rx_packets),
                 rx_bytes: count(t.rx_bytes),
-                drops: 0,
+                ..InterfaceCounters::default()
             }
         })
         .collect();
@@ -329,6 +382,74 @@ pub fn pod_traffic(window: &Snapshot, pods: &PodResolver) -> BTreeMap<String, (P
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn links_read_from_sysfs_add_state_speed_and_the_windows_errors() {
+        let sys = std::env::temp_dir().join(format!("gryvia-sysnet-{}", std::process::id()));
+        for (name, state, speed, rx, tx) in [
+            ("ib0", "up", "400000", "7", "1"),
+            ("veth1", "down", "-1", "0", "0"),
+        ] {
+            let dir = sys.join(name).join("statistics");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(sys.join(name).join("operstate"), format!("{state}\n")).unwrap();
+            std::fs::write(sys.join(name).join("speed"), format!("{speed}\n")).unwrap();
+            std::fs::write(dir.join("rx_errors"), rx).unwrap();
+            std::fs::write(dir.join("tx_errors"), tx).unwrap();
+        }
+        let ib0 = read_link(&sys, "ib0");
+        assert_eq!(
+            ib0,
+            Link {
+                oper_state: Some("up".into()),
+                speed_mbps: Some(400_000),
+                rx_errors: 7,
+                tx_errors: 1
+            }
+        );
+        let veth = read_link(&sys, "veth1");
+        assert_eq!(
+            (veth.oper_state.as_deref(), veth.speed_mbps),
+            (Some("down"), None)
+        );
+        assert_eq!(read_link(&sys, "gone"), Link::default());
+
+        let mut status = GryviaFabricSignalStatus {
+            interfaces: ["ib0", "veth1", "gone"]
+                .map(|n| InterfaceCounters {
+                    name: n.into(),
+                    ..Default::default()
+                })
+                .to_vec(),
+            ..Default::default()
+        };
+        let before = BTreeMap::from([(
+            "ib0".to_owned(),
+            Link {
+                rx_errors: 5,
+                tx_errors: 3,
+                ..ib0.clone()
+            },
+        )]);
+        let now = BTreeMap::from([("ib0".to_owned(), ib0), ("veth1".to_owned(), veth)]);
+        add_links(&mut status, &now, &before);
+        let ib = &status.interfaces[0];
+        // 7 - 5 received errors in the window; the transmit counter went back (reset): 1.
+        assert_eq!(
+            (
+                ib.oper_state.as_deref(),
+                ib.speed_mbps,
+                ib.rx_errors,
+                ib.tx_errors
+            ),
+            (Some("up"), Some(400_000), 2, 1)
+        );
+        assert_eq!(status.interfaces[1].oper_state.as_deref(), Some("down"));
+        // No earlier window: the errors since boot are not the window's.
+        assert_eq!(status.interfaces[1].rx_errors, 0);
+        assert_eq!(status.interfaces[2].oper_state, None);
+        std::fs::remove_dir_all(&sys).unwrap();
+    }
+
     use super::*;
     use crate::{FlowKey, Rtt};
 

@@ -29,6 +29,7 @@ pub mod invoice;
 pub mod kueue;
 pub mod maintenance;
 pub mod metering;
+pub mod network_health;
 pub mod plan;
 pub mod priority;
 pub mod queue;

@@ -583,6 +583,18 @@ pub struct InterfaceCounters {
     /// Packets dropped.
     #[serde(default)]
     pub drops: i64,
+    /// Link state as the kernel reports it (`up`, `down`, `lowerlayerdown`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oper_state: Option<String>,
+    /// Link speed, Mbit/s (absent where the driver does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_mbps: Option<i64>,
+    /// Receive errors in the window.
+    #[serde(default)]
+    pub rx_errors: i64,
+    /// Transmit errors in the window.
+    #[serde(default)]
+    pub tx_errors: i64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -280,6 +280,7 @@ async fn collect(
         pods: BTreeMap::new(),
     };
     let mut before = Snapshot::default();
+    let mut links_before = BTreeMap::new();
     let mut start = now();
     let mut ticker = tokio::time::interval(Duration::from_secs(flags.interval));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -304,7 +305,13 @@ async fn collect(
             }
         }
         let secs = i32::try_from(flags.interval).unwrap_or(i32::MAX);
-        let fabric = report::fabric_signal_status(&window, ifaces, secs, end.clone());
+        let mut fabric = report::fabric_signal_status(&window, ifaces, secs, end.clone());
+        let links: BTreeMap<String, report::Link> = ifaces
+            .values()
+            .map(|n| (n.clone(), report::read_link(Path::new("/sys/class/net"), n)))
+            .collect();
+        report::add_links(&mut fabric, &links, &links_before);
+        links_before = links;
         record(&net, &window, &fabric, &resolver, collector);
         net.tracked
             .set(i64::try_from(snapshot.flows.len()).unwrap_or(i64::MAX));

@@ -195,7 +195,7 @@ async fn network_section(client: &kube::Client) -> anyhow::Result<Section> {
         .context("list GryviaNetworks")?
         .items;
     let mut t = Table::new(&[
-        "NETWORK", "TYPE", "PHASE", "NODES", "DEGRADED", "GBPS", "CHECKED",
+        "NETWORK", "TYPE", "PHASE", "NODES", "DEGRADED", "GBPS", "CHECKED", "MESSAGE",
     ]);
     for n in &items {
         let st = n.status.clone().unwrap_or_default();
@@ -212,6 +212,7 @@ async fn network_section(client: &kube::Client) -> anyhow::Result<Section> {
             st.measured_bandwidth_gbps
                 .map_or_else(|| "-".into(), |g| format!("{g:.1}")),
             age(st.last_checked.as_ref()),
+            st.message.unwrap_or_default(),
         ]);
     }
     let objects = serde_json::json!({"networks": items});

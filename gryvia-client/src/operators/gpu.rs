@@ -1,9 +1,10 @@
-//! The gpu-operator: GPU health checks; quarantine, drain and remediation opt-in.
+//! The gpu-operator: GPU health checks; quarantine, drain and remediation opt-in; network
+//! health from the collectors' fabric signals always.
 
 use gryvia_reconcile::health::HealthOptions;
 
 use super::{ControllerSet, OperatorFlags};
-use crate::controllers::health_check;
+use crate::controllers::{health_check, network_health};
 use crate::{Error, Result};
 
 /// Name of the operator (its Lease, its logs).
@@ -31,25 +32,35 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
     let options = HealthOptions {
         remediation: flags.gpu_remediation,
     };
-    ControllerSet::new().with_if(flags.gpu_health, move |s| {
-        health_check::controller(s, options)
-    })
+    ControllerSet::new()
+        .with_if(flags.gpu_health, move |s| {
+            health_check::controller(s, options)
+        })
+        .with(network_health::controller)
 }
 
-/// Runs the gpu-operator until SIGTERM.
+/// Runs the gpu-operator until SIGTERM: network health always, GPU health with
+/// `--gpu-health`.
 ///
 /// # Errors
-/// [`Error::Invalid`] without `--gpu-health` (the feature is opt-in), or what
-/// [`super::run_blocking`] returns.
+/// [`Error::Invalid`] for `--gpu-remediation` without `--gpu-health` (remediation acts on the
+/// checks' verdicts), or what [`super::run_blocking`] returns.
 pub fn run(flags: &Flags) -> Result<()> {
-    if !flags.gpu_health {
+    if flags.gpu_remediation && !flags.gpu_health {
         return Err(Error::Invalid(
-            "nothing to run: GPU health evaluation is opt-in, start with --gpu-health (and --gpu-remediation to act on failures)".to_owned(),
+            "--gpu-remediation needs --gpu-health: remediation acts on the health checks' verdicts"
+                .to_owned(),
         ));
     }
     tracing::info!(
+        gpu_health = flags.gpu_health,
         remediation = flags.gpu_remediation,
-        "GPU health evaluation enabled"
+        "network health on; GPU health evaluation {}",
+        if flags.gpu_health {
+            "on"
+        } else {
+            "off (opt-in: --gpu-health)"
+        }
     );
     super::run_blocking(NAME, &flags.operator, controllers(flags), None)
 }
