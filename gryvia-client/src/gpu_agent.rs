@@ -37,12 +37,12 @@ use std::time::{Duration, SystemTime};
 
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use gryvia_types::{
-    GpuObservation, GryviaGpuNode, RebootMethod, RemediationAction, RemediationRequest,
-    RemediationResult, StepPhase,
+    GpuObservation, GryviaGpuNode, GryviaStorage, RebootMethod, RemediationAction,
+    RemediationRequest, RemediationResult, StepPhase, StorageProbe,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
@@ -745,7 +745,87 @@ pub struct AgentConfig {
     pub interval: Duration,
     /// Report once and exit.
     pub once: bool,
+    /// The mount table storage probes read: the host's (`/proc/1/mountinfo` in a pod with
+    /// the host's PID namespace), [`MOUNTINFO`] when the agent runs on the host.
+    pub mountinfo: PathBuf,
+    /// Where the host's filesystem is (`/` on the host; the chart mounts it at `/host`): a
+    /// storage's `mountPath` is probed under it.
+    pub host_root: PathBuf,
 }
+
+impl AgentConfig {
+    /// Reports for `node` every `interval`, on the host (its mount table, its `/`).
+    pub fn new(node: &str, interval: Duration) -> Self {
+        AgentConfig {
+            node: node.to_owned(),
+            interval,
+            once: false,
+            mountinfo: PathBuf::from(MOUNTINFO),
+            host_root: PathBuf::from("/"),
+        }
+    }
+}
+
+/// What the agent counts on `/metrics`, and its readiness on `/readyz` (ready once a report
+/// was written).
+#[derive(Clone, Debug)]
+pub struct AgentMetrics {
+    reports: prometheus_client::metrics::counter::Counter,
+    report_errors: prometheus_client::metrics::counter::Counter,
+    probe_latency: prometheus_client::metrics::family::Family<
+        StorageLabel,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    probe_failed: prometheus_client::metrics::family::Family<
+        StorageLabel,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    health: crate::metrics::Health,
+}
+
+/// The label of a storage probe's metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct StorageLabel {
+    /// The GryviaStorage.
+    pub storage: String,
+}
+
+impl AgentMetrics {
+    /// Registers the agent's metrics in `metrics`; `health` turns ready after the first report.
+    pub fn register(metrics: &crate::metrics::Metrics, health: crate::metrics::Health) -> Self {
+        let m = AgentMetrics {
+            reports: Default::default(),
+            report_errors: Default::default(),
+            probe_latency: Default::default(),
+            probe_failed: Default::default(),
+            health,
+        };
+        metrics.register(
+            "agent_reports",
+            "Reports the node agent wrote",
+            m.reports.clone(),
+        );
+        metrics.register(
+            "agent_report_errors",
+            "Reports that failed (retried next interval)",
+            m.report_errors.clone(),
+        );
+        metrics.register(
+            "agent_storage_probe_latency_milliseconds",
+            "Latency of the last probe of each storage mount",
+            m.probe_latency.clone(),
+        );
+        metrics.register(
+            "agent_storage_probe_failed",
+            "1 while the last probe of a storage mount failed",
+            m.probe_failed.clone(),
+        );
+        m
+    }
+}
+
+/// Where the agent reads the mount table by default.
+pub const MOUNTINFO: &str = "/proc/self/mountinfo";
 
 /// The agent: reports observations and answers remediation requests.
 pub struct Agent {
@@ -754,6 +834,11 @@ pub struct Agent {
     source: Box<dyn GpuSource>,
     executor: Arc<dyn RemediationExecutor>,
     last_result: Option<RemediationResult>,
+    /// The node's labels (which GryviaStorages select it), read at registration.
+    labels: BTreeMap<String, String>,
+    /// The last round's storage probes.
+    storage: Vec<StorageProbe>,
+    metrics: Option<AgentMetrics>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -778,7 +863,17 @@ impl Agent {
             source,
             executor,
             last_result: None,
+            labels: BTreeMap::new(),
+            storage: Vec::new(),
+            metrics: None,
         }
+    }
+
+    /// Counts reports and probes in `metrics` and reports readiness.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: AgentMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn api(&self) -> Api<GryviaGpuNode> {
@@ -796,6 +891,7 @@ impl Agent {
             .get(name)
             .await
             .map_err(api_err(format!("read node {name}")))?;
+        self.labels = node.meta().labels.clone().unwrap_or_default();
         let owner = json!({
             "apiVersion": "v1", "kind": "Node", "name": name,
             "uid": node.meta().uid.clone().unwrap_or_default(),
@@ -860,6 +956,9 @@ impl Agent {
         }
         if let Some(r) = &self.last_result {
             status["remediationResult"] = json!(r);
+        }
+        if !self.storage.is_empty() {
+            status["storage"] = json!(self.storage);
         }
         let body = json!({
             "apiVersion": gryvia_types::API_VERSION,
@@ -941,8 +1040,72 @@ impl Agent {
             let sample = self.source.sample(jiff::Timestamp::now())?;
             self.remediate(request, &sample).await?;
         }
+        self.probe_storage().await;
         let sample = self.source.sample(jiff::Timestamp::now())?;
         self.write_status(&sample).await
+    }
+
+    /// Probes the mount of every GryviaStorage with a `mountPath` that selects this node, each
+    /// bounded by [`crate::storage_probe::PROBE_TIMEOUT`]. When the storages cannot be listed
+    /// the last round's probes are reported again (and a warning logged): a failed list is not a
+    /// failed mount.
+    async fn probe_storage(&mut self) {
+        let storages = match Api::<GryviaStorage>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => list.items,
+            Err(e) => {
+                warn!(error = %e, "list GryviaStorages; storage probes not refreshed");
+                return;
+            }
+        };
+        let mountinfo = std::fs::read_to_string(&self.config.mountinfo).unwrap_or_else(|e| {
+            warn!(error = %e, path = %self.config.mountinfo.display(), "read the mount table");
+            String::new()
+        });
+        let mut probes = Vec::new();
+        for storage in storages {
+            let Some(path) = storage.spec.mount_path.clone() else {
+                continue;
+            };
+            let selected = storage
+                .spec
+                .node_selector
+                .iter()
+                .all(|(k, v)| self.labels.get(k) == Some(v));
+            if !selected {
+                continue;
+            }
+            let name = storage.meta().name.clone().unwrap_or_default();
+            let under_root = self.config.host_root.join(path.trim_start_matches('/'));
+            let probe = crate::storage_probe::probe_bounded(
+                name,
+                PathBuf::from(&path),
+                under_root,
+                self.config.node.clone(),
+                mountinfo.clone(),
+                crate::storage_probe::PROBE_TIMEOUT,
+            )
+            .await;
+            if let Some(e) = &probe.error {
+                warn!(storage = %probe.name, error = %e, "storage probe failed");
+            }
+            if let Some(m) = &self.metrics {
+                let label = StorageLabel {
+                    storage: probe.name.clone(),
+                };
+                m.probe_failed
+                    .get_or_create(&label)
+                    .set(i64::from(probe.error.is_some()));
+                if let Some(ms) = probe.latency_millis {
+                    m.probe_latency.get_or_create(&label).set(ms);
+                }
+            }
+            probes.push(probe);
+        }
+        probes.sort_by(|a, b| a.name.cmp(&b.name));
+        self.storage = probes;
     }
 
     /// Registers, then reports every interval until `shutdown` resolves (or once).
@@ -957,8 +1120,19 @@ impl Agent {
         info!(node = %self.config.node, source = %self.source.describe(), interval = ?self.config.interval, "node agent running");
         tokio::pin!(shutdown);
         loop {
-            if let Err(e) = self.tick().await {
-                warn!(error = %e, "report failed; retrying next interval");
+            match self.tick().await {
+                Ok(()) => {
+                    if let Some(m) = &self.metrics {
+                        m.reports.inc();
+                        m.health.set_ready(true);
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "report failed; retrying next interval");
+                    if let Some(m) = &self.metrics {
+                        m.report_errors.inc();
+                    }
+                }
             }
             tokio::select! {
                 () = &mut shutdown => return Ok(()),

@@ -21,6 +21,7 @@ pub mod ops;
 pub mod promql;
 pub mod resources;
 pub mod runtime;
+pub mod storage_probe;
 pub mod webhook;
 
 use std::time::Duration;

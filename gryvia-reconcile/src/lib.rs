@@ -36,6 +36,7 @@ pub mod queue;
 pub mod registry;
 pub mod reservation;
 pub mod serving;
+pub mod storage_health;
 pub mod template;
 pub mod tenancy;
 pub mod tuner;

@@ -122,9 +122,38 @@ pub struct GryviaGpuNodeStatus {
     /// Result of the last remediation step the agent carried out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation_result: Option<RemediationResult>,
+    /// The agent's probes of the GryviaStorages mounted on the node, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub storage: Vec<StorageProbe>,
     /// Conditions of the node's GPUs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One probe of a GryviaStorage's mount on a node (at the status's `observedAt`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageProbe {
+    /// The GryviaStorage.
+    pub name: String,
+    /// The path probed.
+    pub mount_path: String,
+    /// Whether the path is a mount point (a missing mount leaves an empty directory of the
+    /// root filesystem, where writes would land unnoticed).
+    pub mounted: bool,
+    /// Time to write, sync, read back and remove a 4 KiB file, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_millis: Option<i64>,
+    /// Size of the filesystem, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<i64>,
+    /// Bytes in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<i64>,
+    /// Why the probe failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What one GPU looked like at one instant.
@@ -692,6 +721,23 @@ pub struct GryviaStorageSpec {
     /// Provisioned capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Quantity>,
+    /// Where the storage is mounted on the nodes: each node agent probes it there (is it a
+    /// mount point, its capacity, and the latency of a small synchronous write and read).
+    /// Without it nothing is probed and the status stays Unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 4096), regex(pattern = r"^/"))]
+    pub mount_path: Option<String>,
+    /// The nodes that mount it (all nodes with a node agent when empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// A probe slower than this, milliseconds, makes its node degraded.
+    #[serde(default = "default_max_latency_millis")]
+    #[schemars(range(min = 1, max = 600_000))]
+    pub max_latency_millis: i32,
+}
+
+fn default_max_latency_millis() -> i32 {
+    500
 }
 
 /// Storage technology.

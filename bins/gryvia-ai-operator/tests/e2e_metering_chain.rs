@@ -161,11 +161,7 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     .unwrap();
     let agent = gryvia_client::gpu_agent::Agent::new(
         client.clone(),
-        gryvia_client::gpu_agent::AgentConfig {
-            node: nodes.names[0].clone(),
-            interval: Duration::from_secs(1),
-            once: false,
-        },
+        gryvia_client::gpu_agent::AgentConfig::new(&nodes.names[0], Duration::from_secs(1)),
         Box::new(gryvia_client::gpu_agent::TraceSource::open(&trace, &nodes.names[0]).unwrap()),
         std::sync::Arc::new(gryvia_client::gpu_agent::DryRunExecutor {
             log: None,

@@ -106,11 +106,7 @@ fn start_agents(
         });
         let agent = Agent::new(
             client.clone(),
-            AgentConfig {
-                node: node.clone(),
-                interval: Duration::from_secs(1),
-                once: false,
-            },
+            AgentConfig::new(node, Duration::from_secs(1)),
             Box::new(source),
             executor,
         );
@@ -447,9 +443,8 @@ async fn report(client: &kube::Client, node: &str, trace: &str) {
     let agent = Agent::new(
         client.clone(),
         AgentConfig {
-            node: node.to_owned(),
-            interval: Duration::from_secs(1),
             once: true,
+            ..AgentConfig::new(node, Duration::from_secs(1))
         },
         Box::new(source),
         Arc::new(DryRunExecutor {

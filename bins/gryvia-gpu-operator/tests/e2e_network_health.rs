@@ -84,14 +84,18 @@ fn ib0(state: &str, gbps: i64) -> Value {
             "speedMbps": gbps * 1000}])
 }
 
+/// The network's status once it has `phase` and its message starts with `says` (every
+/// signal written so far counted).
 async fn phase_is(
     api: &Api<GryviaNetwork>,
     name: &str,
     phase: ComponentPhase,
+    says: &str,
 ) -> gryvia_types::GryviaNetworkStatus {
     wait_for("the network's phase", Duration::from_secs(60), || async {
         let s = api.get(name).await.ok()?.status?;
-        (s.phase == Some(phase)).then_some(s)
+        (s.phase == Some(phase) && s.message.as_deref().unwrap_or_default().starts_with(says))
+            .then_some(s)
     })
     .await
     .unwrap()
@@ -150,14 +154,14 @@ async fn a_networks_health_follows_its_nodes_fabric_signals_and_shows_in_the_cli
     api.create(&PostParams::default(), &net).await.unwrap();
 
     // No collector has written yet: unknown, never degraded.
-    let s = phase_is(&api, &name, ComponentPhase::Unknown).await;
+    let s = phase_is(&api, &name, ComponentPhase::Unknown, "0 of 3").await;
     assert_eq!((s.nodes_total, s.nodes_degraded), (3, 0));
 
     // One node up at speed, one with its link down, one silent.
     let (n0, n1, n2) = (&nodes.names[0], &nodes.names[1], &nodes.names[2]);
     write_signal(&collector, n0, ib0("up", 400)).await;
     write_signal(&collector, n1, ib0("down", 400)).await;
-    let s = phase_is(&api, &name, ComponentPhase::Degraded).await;
+    let s = phase_is(&api, &name, ComponentPhase::Degraded, "2 of 3").await;
     assert_eq!((s.nodes_total, s.nodes_degraded), (3, 1));
     let m = s.message.unwrap();
     assert!(m.starts_with("2 of 3 nodes reporting, 1 degraded"), "{m}");
@@ -190,7 +194,7 @@ async fn a_networks_health_follows_its_nodes_fabric_signals_and_shows_in_the_cli
     // Every link up (one slower, one faster): healthy, the median speed measured.
     write_signal(&collector, n1, ib0("up", 400)).await;
     write_signal(&collector, n2, ib0("up", 800)).await;
-    let s = phase_is(&api, &name, ComponentPhase::Healthy).await;
+    let s = phase_is(&api, &name, ComponentPhase::Healthy, "3 of 3").await;
     assert_eq!((s.nodes_total, s.nodes_degraded), (3, 0));
     assert_eq!(s.measured_bandwidth_gbps, Some(400.0));
     let v: Value = serde_json::from_str(&health_network(&["-o", "json"])).unwrap();

@@ -1,5 +1,6 @@
 //! `gryvia-node-agent --node NAME`: reports the node's GPUs into its GryviaGpuNode every
-//! interval and carries out the remediation steps the gpu-operator requests.
+//! interval, probes the storage mounts GryviaStorages name, and carries out the remediation
+//! steps the gpu-operator requests; /metrics, /healthz and /readyz on --metrics-addr.
 //!
 //! A thin binary: flags and wiring. The agent is `gryvia_client::gpu_agent`.
 
@@ -10,8 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use gryvia_client::gpu_agent::{
-    Agent, AgentConfig, DryRunExecutor, GpuSource, HostExecutor, NvmlSource, RemediationExecutor,
-    TraceSource,
+    Agent, AgentConfig, AgentMetrics, DryRunExecutor, GpuSource, HostExecutor, NvmlSource,
+    RemediationExecutor, TraceSource,
 };
 use gryvia_client::operators::{init_logging, shutdown_signal};
 
@@ -45,6 +46,17 @@ struct Flags {
     /// kured's reboot sentinel, for reboots with `rebootMethod: kured`.
     #[arg(long, default_value = gryvia_client::gpu_agent::KURED_SENTINEL)]
     kured_sentinel: PathBuf,
+    /// The mount table storage probes read: `/proc/1/mountinfo` (the host's, in a pod with
+    /// the host's PID namespace) or this process's own.
+    #[arg(long, default_value = gryvia_client::gpu_agent::MOUNTINFO)]
+    mountinfo: PathBuf,
+    /// Where the host's filesystem is mounted in the agent's container (`/` on the host): a
+    /// GryviaStorage's `mountPath` is probed under it.
+    #[arg(long, default_value = "/")]
+    host_root: PathBuf,
+    /// Serve /metrics, /healthz and /readyz here (ready after the first report).
+    #[arg(long, default_value = "0.0.0.0:9103")]
+    metrics_addr: std::net::SocketAddr,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -82,11 +94,24 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     rt.block_on(async {
         let client = gryvia_client::connect().await?;
         let config = AgentConfig {
-            node: flags.node.clone(),
-            interval: Duration::from_secs(flags.interval),
             once: flags.once,
+            mountinfo: flags.mountinfo.clone(),
+            host_root: flags.host_root.clone(),
+            ..AgentConfig::new(&flags.node, Duration::from_secs(flags.interval))
         };
+        let metrics = gryvia_client::metrics::Metrics::new();
+        let health = gryvia_client::metrics::Health::default();
+        let agent_metrics = AgentMetrics::register(&metrics, health.clone());
+        if !flags.once {
+            let addr = flags.metrics_addr;
+            tokio::spawn(async move {
+                if let Err(e) = gryvia_client::metrics::serve(addr, metrics, health).await {
+                    tracing::error!(error = %e, "metrics server stopped");
+                }
+            });
+        }
         Agent::new(client, config, source, executor)
+            .with_metrics(agent_metrics)
             .run(shutdown_signal())
             .await
             .with_context(|| format!("node agent for {}", flags.node))

@@ -17,6 +17,7 @@ pub mod quota;
 pub mod registry;
 pub mod reservation;
 pub mod serving;
+pub mod storage_health;
 pub mod template;
 pub mod tenant;
 pub mod tuner;

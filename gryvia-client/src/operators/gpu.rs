@@ -1,10 +1,11 @@
 //! The gpu-operator: GPU health checks; quarantine, drain and remediation opt-in; network
-//! health from the collectors' fabric signals always.
+//! health from the collectors' fabric signals and storage health from the node agents' probes
+//! always.
 
 use gryvia_reconcile::health::HealthOptions;
 
 use super::{ControllerSet, OperatorFlags};
-use crate::controllers::{health_check, network_health};
+use crate::controllers::{health_check, network_health, storage_health};
 use crate::{Error, Result};
 
 /// Name of the operator (its Lease, its logs).
@@ -37,9 +38,10 @@ pub fn controllers(flags: &Flags) -> ControllerSet {
             health_check::controller(s, options)
         })
         .with(network_health::controller)
+        .with(storage_health::controller)
 }
 
-/// Runs the gpu-operator until SIGTERM: network health always, GPU health with
+/// Runs the gpu-operator until SIGTERM: network and storage health always, GPU health with
 /// `--gpu-health`.
 ///
 /// # Errors
@@ -55,7 +57,7 @@ pub fn run(flags: &Flags) -> Result<()> {
     tracing::info!(
         gpu_health = flags.gpu_health,
         remediation = flags.gpu_remediation,
-        "network health on; GPU health evaluation {}",
+        "network and storage health on; GPU health evaluation {}",
         if flags.gpu_health {
             "on"
         } else {

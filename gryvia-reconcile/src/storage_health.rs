@@ -1,0 +1,392 @@
+//! GryviaStorage health from the node agents' probes (`GryviaGpuNode.status.storage`): which
+//! selected nodes have the storage mounted, writable and fast enough, its capacity and use, and
+//! the median probe latency. A node whose agent is silent, or has not probed the storage yet, is
+//! unknown, never failing.
+
+use std::collections::BTreeMap;
+
+use gryvia_types::conditions::{self, Status};
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::{
+    ComponentPhase, GryviaGpuNode, GryviaStorage, GryviaStorageStatus, StorageProbe,
+};
+
+use crate::{EventType, Plan, Reconcile, Timestamp};
+
+/// The condition type: True when every node that probed the storage found it healthy.
+pub const READY: &str = "Ready";
+/// How often the status is worked out again (readings go stale without an event).
+pub const RECHECK_MS: u64 = 30_000;
+/// A report older than this many of its agent's intervals (and at least
+/// [`MIN_STALE_SECONDS`]) is stale.
+pub const STALE_INTERVALS: i64 = 3;
+/// The least age, seconds, that makes a report stale.
+pub const MIN_STALE_SECONDS: i64 = 60;
+
+/// What the storage's status is worked out from.
+#[derive(Clone, Debug, Default)]
+pub struct StorageWorld {
+    /// Every node with its labels.
+    pub nodes: BTreeMap<String, BTreeMap<String, String>>,
+    /// The node agents' reports, by node.
+    pub agents: BTreeMap<String, GryviaGpuNode>,
+}
+
+/// One node's verdict on the storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeStorage {
+    /// Mounted, written and read back within the latency limit.
+    Healthy(StorageProbe),
+    /// Mounted and working, slower than `spec.maxLatencyMillis`.
+    Slow(StorageProbe),
+    /// Not mounted, not writable, or the probe hung: the reason.
+    Failing(String),
+    /// No fresh report with a probe of this storage.
+    Unknown,
+}
+
+/// The verdict on `storage` from a node's agent `report` at `now`.
+pub fn node_storage(
+    storage: &GryviaStorage,
+    report: Option<&GryviaGpuNode>,
+    now: Timestamp,
+) -> NodeStorage {
+    let Some(agent) = report else {
+        return NodeStorage::Unknown;
+    };
+    let Some(status) = &agent.status else {
+        return NodeStorage::Unknown;
+    };
+    let Some(observed) = &status.observed_at else {
+        return NodeStorage::Unknown;
+    };
+    let stale_after =
+        (i64::from(agent.spec.report_interval_seconds) * STALE_INTERVALS).max(MIN_STALE_SECONDS);
+    if now.as_second() - observed.0.as_second() > stale_after {
+        return NodeStorage::Unknown;
+    }
+    let name = storage.metadata.name.as_deref().unwrap_or_default();
+    let Some(probe) = status.storage.iter().find(|p| p.name == name) else {
+        return NodeStorage::Unknown;
+    };
+    if let Some(e) = &probe.error {
+        return NodeStorage::Failing(e.clone());
+    }
+    if !probe.mounted {
+        return NodeStorage::Failing(format!("{} is not a mount point", probe.mount_path));
+    }
+    match probe.latency_millis {
+        Some(ms) if ms > i64::from(storage.spec.max_latency_millis) => {
+            NodeStorage::Slow(probe.clone())
+        }
+        _ => NodeStorage::Healthy(probe.clone()),
+    }
+}
+
+/// The storage's status at `now`.
+pub fn status(
+    storage: &GryviaStorage,
+    world: &StorageWorld,
+    now: Timestamp,
+) -> GryviaStorageStatus {
+    let selector = &storage.spec.node_selector;
+    // The nodes expected to mount it: those selected that run a node agent.
+    let expected: Vec<&String> = world
+        .nodes
+        .iter()
+        .filter(|(n, labels)| {
+            world.agents.contains_key(*n) && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        })
+        .map(|(n, _)| n)
+        .collect();
+    let mut ok: Vec<StorageProbe> = Vec::new();
+    let mut slow: Vec<(String, i64)> = Vec::new();
+    let mut failing: Vec<(String, String)> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    // Without a mount path no agent probes it: whatever a node reported is from before.
+    let probed_nodes = if storage.spec.mount_path.is_some() {
+        expected.as_slice()
+    } else {
+        &[]
+    };
+    for node in probed_nodes {
+        match node_storage(storage, world.agents.get(*node), now) {
+            NodeStorage::Healthy(p) => ok.push(p),
+            NodeStorage::Slow(p) => {
+                slow.push(((*node).clone(), p.latency_millis.unwrap_or_default()));
+                ok.push(p);
+            }
+            NodeStorage::Failing(why) => failing.push(((*node).clone(), why)),
+            NodeStorage::Unknown => unknown.push((*node).clone()),
+        }
+    }
+    let probed = ok.len() + failing.len();
+    let phase = if storage.spec.mount_path.is_none() || probed == 0 {
+        ComponentPhase::Unknown
+    } else if failing.len() == probed {
+        ComponentPhase::Unavailable
+    } else if failing.is_empty() && slow.is_empty() {
+        ComponentPhase::Healthy
+    } else {
+        ComponentPhase::Degraded
+    };
+    let mut latencies: Vec<i64> = ok.iter().filter_map(|p| p.latency_millis).collect();
+    latencies.sort_unstable();
+    let mut parts = Vec::new();
+    match (&storage.spec.mount_path, expected.len()) {
+        (None, _) => parts.push("no spec.mountPath: nothing to probe".to_owned()),
+        (Some(_), 0) => {
+            parts.push("no node with a node agent matches spec.nodeSelector".to_owned())
+        }
+        (Some(path), n) => parts.push(format!(
+            "{path}: {} of {n} nodes probed, {} failing, {} slow",
+            probed,
+            failing.len(),
+            slow.len()
+        )),
+    }
+    for (node, why) in failing.iter().take(5) {
+        parts.push(format!("{node}: {why}"));
+    }
+    for (node, ms) in slow.iter().take(5) {
+        parts.push(format!(
+            "{node}: {ms}ms, over {}ms",
+            storage.spec.max_latency_millis
+        ));
+    }
+    if !unknown.is_empty() {
+        let shown: Vec<&str> = unknown.iter().take(5).map(String::as_str).collect();
+        parts.push(format!("no fresh probe from {}", shown.join(", ")));
+    }
+    let message = parts.join("; ");
+    let mut status = storage.status.clone().unwrap_or_default();
+    status.phase = Some(phase);
+    status.latency_millis = (!latencies.is_empty()).then(|| latencies[latencies.len() / 2]);
+    // Every node sees the same filesystem: the largest figures are the freshest whole view.
+    status.capacity_bytes = ok.iter().filter_map(|p| p.capacity_bytes).max();
+    status.used_bytes = ok.iter().filter_map(|p| p.used_bytes).max();
+    status.last_checked = Some(Time(now));
+    status.message = Some(message.clone());
+    let (cond, reason) = match phase {
+        ComponentPhase::Healthy => (Status::True, "MountsHealthy"),
+        ComponentPhase::Degraded => (Status::False, "MountsDegraded"),
+        ComponentPhase::Unavailable => (Status::False, "MountsFailing"),
+        ComponentPhase::Unknown => (Status::Unknown, "NotProbed"),
+    };
+    conditions::set(
+        &mut status.conditions,
+        conditions::new(
+            READY,
+            cond,
+            reason,
+            message,
+            storage.metadata.generation,
+            now,
+        ),
+    );
+    status
+}
+
+/// The GryviaStorage health controller (gpu-operator).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StorageReconciler;
+
+impl Reconcile for StorageReconciler {
+    type Object = GryviaStorage;
+    type World = StorageWorld;
+    type Status = GryviaStorageStatus;
+
+    fn name(&self) -> &'static str {
+        "storage-health"
+    }
+
+    fn reconcile(
+        &self,
+        storage: &GryviaStorage,
+        world: &StorageWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaStorageStatus> {
+        let mut plan = Plan::new();
+        let status = status(storage, world, now);
+        let before = storage.status.as_ref().and_then(|s| s.phase);
+        if before != status.phase
+            && let Some(phase) = status.phase
+        {
+            let type_ = if matches!(phase, ComponentPhase::Healthy | ComponentPhase::Unknown) {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            plan.event(
+                type_,
+                &format!("Storage{phase:?}"),
+                status.message.clone().unwrap_or_default(),
+            );
+        }
+        plan.status = Some(status);
+        plan.requeue_after_ms = Some(RECHECK_MS);
+        plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gryvia_types::{GryviaGpuNodeSpec, GryviaGpuNodeStatus, GryviaStorageSpec, StorageType};
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn storage(max_ms: i32) -> GryviaStorage {
+        GryviaStorage::new(
+            "datasets",
+            GryviaStorageSpec {
+                type_: StorageType::Nfs,
+                endpoint: Some("fs:/export".into()),
+                storage_class_name: None,
+                capacity: None,
+                mount_path: Some("/mnt/datasets".into()),
+                node_selector: BTreeMap::from([("gpu".to_owned(), "yes".to_owned())]),
+                max_latency_millis: max_ms,
+            },
+        )
+    }
+
+    fn probe(mounted: bool, ms: Option<i64>, error: Option<&str>) -> StorageProbe {
+        StorageProbe {
+            name: "datasets".into(),
+            mount_path: "/mnt/datasets".into(),
+            mounted,
+            latency_millis: ms,
+            capacity_bytes: Some(1000),
+            used_bytes: Some(400),
+            error: error.map(str::to_owned),
+        }
+    }
+
+    fn agent(node: &str, observed: i64, probes: Vec<StorageProbe>) -> GryviaGpuNode {
+        let mut g = GryviaGpuNode::new(
+            node,
+            GryviaGpuNodeSpec {
+                node_name: node.into(),
+                report_interval_seconds: 10,
+                remediation_request: None,
+            },
+        );
+        g.status = Some(GryviaGpuNodeStatus {
+            observed_at: Some(Time(at(observed))),
+            storage: probes,
+            ..Default::default()
+        });
+        g
+    }
+
+    fn world(agents: Vec<GryviaGpuNode>) -> StorageWorld {
+        let gpu = BTreeMap::from([("gpu".to_owned(), "yes".to_owned())]);
+        StorageWorld {
+            nodes: BTreeMap::from([
+                ("n1".to_owned(), gpu.clone()),
+                ("n2".to_owned(), gpu.clone()),
+                ("n3".to_owned(), gpu),
+                ("cpu".to_owned(), BTreeMap::new()),
+            ]),
+            agents: agents
+                .into_iter()
+                .map(|a| (a.spec.node_name.clone(), a))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn mounted_and_fast_everywhere_is_healthy_with_the_median_latency_and_capacity() {
+        let w = world(vec![
+            agent("n1", 0, vec![probe(true, Some(3), None)]),
+            agent("n2", 0, vec![probe(true, Some(9), None)]),
+            agent("n3", 0, vec![probe(true, Some(5), None)]),
+            agent("cpu", 0, vec![probe(false, None, Some("not mounted"))]),
+        ]);
+        let s = status(&storage(100), &w, at(1));
+        assert_eq!(s.phase, Some(ComponentPhase::Healthy));
+        assert_eq!(s.latency_millis, Some(5));
+        assert_eq!((s.capacity_bytes, s.used_bytes), (Some(1000), Some(400)));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("/mnt/datasets: 3 of 3 nodes probed, 0 failing, 0 slow")
+        );
+        assert_eq!(s.conditions[0].status, "True");
+    }
+
+    #[test]
+    fn an_unmounted_or_hung_node_degrades_and_all_failing_is_unavailable() {
+        let w = world(vec![
+            agent("n1", 0, vec![probe(true, Some(3), None)]),
+            agent(
+                "n2",
+                0,
+                vec![probe(
+                    false,
+                    None,
+                    Some("/mnt/datasets is not a mount point"),
+                )],
+            ),
+            agent("n3", 0, vec![probe(true, Some(900), None)]),
+        ]);
+        let s = status(&storage(100), &w, at(1));
+        assert_eq!(s.phase, Some(ComponentPhase::Degraded));
+        let m = s.message.unwrap();
+        assert!(m.contains("3 of 3 nodes probed, 1 failing, 1 slow"), "{m}");
+        assert!(m.contains("n2: /mnt/datasets is not a mount point"), "{m}");
+        assert!(m.contains("n3: 900ms, over 100ms"), "{m}");
+
+        let hung = probe(
+            false,
+            None,
+            Some("probe of /mnt/datasets hung for more than 10s"),
+        );
+        let w = world(vec![
+            agent("n1", 0, vec![hung.clone()]),
+            agent("n2", 0, vec![hung]),
+        ]);
+        let s = status(&storage(100), &w, at(1));
+        assert_eq!(s.phase, Some(ComponentPhase::Unavailable));
+        assert_eq!(s.latency_millis, None);
+        assert_eq!(s.conditions[0].reason, "MountsFailing");
+    }
+
+    #[test]
+    fn silent_agents_and_storages_not_yet_probed_are_unknown_never_failing() {
+        // 3 intervals of 10 s are under the 60 s floor: 61 s old is stale.
+        let w = world(vec![
+            agent("n1", 0, vec![probe(false, None, Some("gone"))]),
+            agent("n2", 60, vec![]),
+        ]);
+        let s = status(&storage(100), &w, at(61));
+        assert_eq!(s.phase, Some(ComponentPhase::Unknown));
+        assert!(s.message.unwrap().contains("no fresh probe from n1, n2"));
+        let mut unprobed = storage(100);
+        unprobed.spec.mount_path = None;
+        let s = status(&unprobed, &w, at(1));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("no spec.mountPath: nothing to probe")
+        );
+    }
+
+    #[test]
+    fn a_phase_change_is_an_event_once() {
+        let w = world(vec![agent("n1", 0, vec![probe(false, None, Some("x"))])]);
+        let plan = StorageReconciler.reconcile(&storage(100), &w, at(0));
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].reason, "StorageUnavailable");
+        assert_eq!(plan.requeue_after_ms, Some(RECHECK_MS));
+        let mut again = storage(100);
+        again.status = plan.status;
+        assert!(
+            StorageReconciler
+                .reconcile(&again, &w, at(1))
+                .events
+                .is_empty()
+        );
+    }
+}
