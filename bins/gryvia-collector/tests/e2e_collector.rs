@@ -294,6 +294,11 @@ async fn the_collector_joins_traffic_to_pods_and_writes_the_node_objects() {
     .await
     .unwrap();
     assert_eq!(signal.window_seconds, 2);
+    // Its probes answer like every other binary's.
+    for path in ["/healthz", "/readyz"] {
+        let (code, _) = gryvia_testsupport::http_get(port, path).await.unwrap();
+        assert_eq!(code, 200, "{path}");
+    }
 
     for n in [&node] {
         let _ = signals.delete(n, &DeleteParams::default()).await;

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, TestNamespace, http_get, metric_sample, unique, wait_for};
+use gryvia_testsupport::{
+    Process, ServiceAccountAccess, TestNamespace, http_get, metric_sample, unique, wait_for,
+};
 use gryvia_types::{GryviaBudget, GryviaTenant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -23,11 +25,22 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         .await
         .unwrap();
     let lease_ns = TestNamespace::create(&client, "qop-metrics").await.unwrap();
+    // The operator runs under exactly the RBAC the chart renders (deploy/quota-operator), with
+    // its opt-ins on: per-tenant RoleBindings, metering and invoices.
+    let access = ServiceAccountAccess::create(
+        &client,
+        "deploy/quota-operator/rbac.yaml",
+        "gryvia-quota-operator",
+        &lease_ns.name,
+        "quota-operator-metrics",
+    )
+    .await
+    .unwrap();
     let (_operator, port) = Process::operator(
         env!("CARGO_BIN_EXE_gryvia-quota-operator"),
         &lease_ns.name,
-        &[],
-        None,
+        &["--tenant-rbac", "--metering", "--invoices"],
+        Some(&access.kubeconfig),
         "quota-operator-metrics",
     )
     .unwrap();
@@ -39,7 +52,10 @@ async fn the_quota_operator_serves_reconcile_counters_of_its_controllers_and_ans
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
-                "metadata": {"name": tenant}, "spec": {"displayName": "Metrics"}
+                "metadata": {"name": tenant},
+                "spec": {"displayName": "Metrics", "networkPolicy": {"isolated": true},
+                         "members": [{"username": "alice", "role": "admin"},
+                                     {"username": "bob", "role": "viewer"}]}
             }))
             .unwrap(),
         )
