@@ -126,6 +126,7 @@ pub async fn probe_bounded(
     timeout: Duration,
 ) -> StorageProbe {
     let shown = mount_path.display().to_string();
+    let mounted = is_mount_point(&mountinfo, &mount_path);
     let task = tokio::task::spawn_blocking({
         let name = name.clone();
         move || probe(&name, &mount_path, &path, &node, &mountinfo)
@@ -135,12 +136,14 @@ pub async fn probe_bounded(
         Ok(Err(e)) => StorageProbe {
             name,
             mount_path: shown,
+            mounted,
             error: Some(format!("probe failed: {e}")),
             ..StorageProbe::default()
         },
         Err(_) => StorageProbe {
             name,
             mount_path: shown.clone(),
+            mounted,
             error: Some(format!(
                 "probe of {shown} hung for more than {}s",
                 timeout.as_secs()
@@ -196,6 +199,39 @@ mod tests {
         assert!(p.latency_millis.is_some());
         assert!(p.used_bytes.unwrap() <= p.capacity_bytes.unwrap());
         assert!(!dir.join(".gryvia-probe-n1").exists());
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_hangs_is_reported_as_hung_after_the_timeout() {
+        let dir = std::env::temp_dir().join(format!("gryvia-probe-h-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A FIFO where the probe file goes: opening it for writing blocks until a reader comes,
+        // like a write to a mount whose server is gone.
+        let fifo = dir.join(".gryvia-probe-n1");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let info = format!("40 22 0:40 / {} rw - nfs4 fs:/x rw\n", dir.display());
+        let p = probe_bounded(
+            "data".into(),
+            dir.clone(),
+            dir.clone(),
+            "n1".into(),
+            info,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(
+            p.error.as_deref(),
+            Some(format!("probe of {} hung for more than 1s", dir.display()).as_str())
+        );
+        assert!(p.mounted && p.latency_millis.is_none());
+        // Release the blocked thread (a reader opens the FIFO; syncing a FIFO then fails).
+        drop(std::fs::File::open(&fifo).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
