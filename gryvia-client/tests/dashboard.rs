@@ -2,8 +2,6 @@
 //! name in its expressions is a family the operators' registry encodes (counters with their
 //! `_total`, histograms with `_bucket`). No cluster needed.
 
-#![expect(clippy::unwrap_used, reason = "tests")]
-
 use std::collections::BTreeSet;
 
 #[test]
