@@ -20,6 +20,7 @@
 pub mod admission;
 pub mod aijob;
 pub mod budget;
+pub mod component_health;
 pub mod cron;
 pub mod delivery;
 pub mod facts;

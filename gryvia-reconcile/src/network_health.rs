@@ -5,16 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::conditions::{self, Status};
+use gryvia_types::conditions;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use gryvia_types::{ComponentPhase, GryviaFabricSignal, GryviaNetwork, GryviaNetworkStatus};
+use gryvia_types::{GryviaFabricSignal, GryviaNetwork, GryviaNetworkStatus};
 
-use crate::{EventType, Plan, Reconcile, Timestamp};
+use crate::component_health::{self, READY};
+use crate::{Plan, Reconcile, Timestamp};
 
-/// The condition type: True when every attached node that reports has healthy links.
-pub const READY: &str = "Ready";
-/// How often the status is worked out again (a signal going stale changes nothing else).
-pub const RECHECK_MS: u64 = 30_000;
 /// A signal older than this many windows (and at least [`MIN_STALE_SECONDS`]) is stale.
 pub const STALE_WINDOWS: i64 = 3;
 /// The least age, seconds, that makes a signal stale.
@@ -145,12 +142,7 @@ pub fn status(
         }
     }
     let reporting = healthy + degraded.len();
-    let phase = match (attached.len(), reporting, degraded.len()) {
-        (0, _, _) | (_, 0, _) => ComponentPhase::Unknown,
-        (_, r, d) if d == r => ComponentPhase::Unavailable,
-        (_, _, 0) => ComponentPhase::Healthy,
-        _ => ComponentPhase::Degraded,
-    };
+    let phase = component_health::phase(reporting, degraded.len(), 0);
     let mut parts = Vec::new();
     if attached.is_empty() {
         parts.push("no node matches spec.nodeSelector".to_owned());
@@ -177,12 +169,15 @@ pub fn status(
     status.measured_bandwidth_gbps = median_speed_gbps(network, &fresh);
     status.last_checked = Some(Time(now));
     status.message = Some(message.clone());
-    let (cond, reason) = match phase {
-        ComponentPhase::Healthy => (Status::True, "LinksHealthy"),
-        ComponentPhase::Degraded => (Status::False, "LinksDegraded"),
-        ComponentPhase::Unavailable => (Status::False, "LinksDown"),
-        ComponentPhase::Unknown => (Status::Unknown, "NoFabricSignal"),
-    };
+    let (cond, reason) = component_health::ready(
+        phase,
+        [
+            "LinksHealthy",
+            "LinksDegraded",
+            "LinksDown",
+            "NoFabricSignal",
+        ],
+    );
     conditions::set(
         &mut status.conditions,
         conditions::new(
@@ -216,32 +211,18 @@ impl Reconcile for NetworkReconciler {
         world: &NetworkWorld,
         now: Timestamp,
     ) -> Plan<GryviaNetworkStatus> {
-        let mut plan = Plan::new();
         let status = status(network, world, now);
         let before = network.status.as_ref().and_then(|s| s.phase);
-        if before != status.phase
-            && let Some(phase) = status.phase
-        {
-            let type_ = if matches!(phase, ComponentPhase::Healthy | ComponentPhase::Unknown) {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            plan.event(
-                type_,
-                &format!("Network{phase:?}"),
-                status.message.clone().unwrap_or_default(),
-            );
-        }
-        plan.status = Some(status);
-        plan.requeue_after_ms = Some(RECHECK_MS);
-        plan
+        let message = status.message.clone().unwrap_or_default();
+        component_health::plan("Network", before, status.phase, &message, status)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::component_health::RECHECK_MS;
+    use gryvia_types::ComponentPhase;
     use gryvia_types::{
         GryviaFabricSignalSpec, GryviaFabricSignalStatus, GryviaNetworkSpec, InterfaceCounters,
         NetworkType,

@@ -5,18 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::conditions::{self, Status};
+use gryvia_types::conditions;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use gryvia_types::{
-    ComponentPhase, GryviaGpuNode, GryviaStorage, GryviaStorageStatus, StorageProbe,
-};
+use gryvia_types::{GryviaGpuNode, GryviaStorage, GryviaStorageStatus, StorageProbe};
 
-use crate::{EventType, Plan, Reconcile, Timestamp};
+use crate::component_health::{self, READY};
+use crate::{Plan, Reconcile, Timestamp};
 
-/// The condition type: True when every node that probed the storage found it healthy.
-pub const READY: &str = "Ready";
-/// How often the status is worked out again (readings go stale without an event).
-pub const RECHECK_MS: u64 = 30_000;
 /// A report older than this many of its agent's intervals (and at least
 /// [`MIN_STALE_SECONDS`]) is stale.
 pub const STALE_INTERVALS: i64 = 3;
@@ -121,15 +116,8 @@ pub fn status(
         }
     }
     let probed = ok.len() + failing.len();
-    let phase = if storage.spec.mount_path.is_none() || probed == 0 {
-        ComponentPhase::Unknown
-    } else if failing.len() == probed {
-        ComponentPhase::Unavailable
-    } else if failing.is_empty() && slow.is_empty() {
-        ComponentPhase::Healthy
-    } else {
-        ComponentPhase::Degraded
-    };
+    // Without a mount path nothing was probed: `probed` is 0, the phase Unknown.
+    let phase = component_health::phase(probed, failing.len(), slow.len());
     let mut latencies: Vec<i64> = ok.iter().filter_map(|p| p.latency_millis).collect();
     latencies.sort_unstable();
     let mut parts = Vec::new();
@@ -167,12 +155,15 @@ pub fn status(
     status.used_bytes = ok.iter().filter_map(|p| p.used_bytes).max();
     status.last_checked = Some(Time(now));
     status.message = Some(message.clone());
-    let (cond, reason) = match phase {
-        ComponentPhase::Healthy => (Status::True, "MountsHealthy"),
-        ComponentPhase::Degraded => (Status::False, "MountsDegraded"),
-        ComponentPhase::Unavailable => (Status::False, "MountsFailing"),
-        ComponentPhase::Unknown => (Status::Unknown, "NotProbed"),
-    };
+    let (cond, reason) = component_health::ready(
+        phase,
+        [
+            "MountsHealthy",
+            "MountsDegraded",
+            "MountsFailing",
+            "NotProbed",
+        ],
+    );
     conditions::set(
         &mut status.conditions,
         conditions::new(
@@ -206,32 +197,18 @@ impl Reconcile for StorageReconciler {
         world: &StorageWorld,
         now: Timestamp,
     ) -> Plan<GryviaStorageStatus> {
-        let mut plan = Plan::new();
         let status = status(storage, world, now);
         let before = storage.status.as_ref().and_then(|s| s.phase);
-        if before != status.phase
-            && let Some(phase) = status.phase
-        {
-            let type_ = if matches!(phase, ComponentPhase::Healthy | ComponentPhase::Unknown) {
-                EventType::Normal
-            } else {
-                EventType::Warning
-            };
-            plan.event(
-                type_,
-                &format!("Storage{phase:?}"),
-                status.message.clone().unwrap_or_default(),
-            );
-        }
-        plan.status = Some(status);
-        plan.requeue_after_ms = Some(RECHECK_MS);
-        plan
+        let message = status.message.clone().unwrap_or_default();
+        component_health::plan("Storage", before, status.phase, &message, status)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::component_health::RECHECK_MS;
+    use gryvia_types::ComponentPhase;
     use gryvia_types::{GryviaGpuNodeSpec, GryviaGpuNodeStatus, GryviaStorageSpec, StorageType};
 
     fn at(s: i64) -> Timestamp {

@@ -22,14 +22,6 @@ impl Drop for Operator {
     }
 }
 
-/// The test's admin kubeconfig (the control plane is found by then).
-fn admin_kubeconfig() -> std::path::PathBuf {
-    match gryvia_testsupport::cluster() {
-        gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
-        gryvia_testsupport::Cluster::Skip(reason) => panic!("{reason}"),
-    }
-}
-
 fn cli() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-gpu-operator")).with_file_name("gryvia")
 }
@@ -68,7 +60,7 @@ fn health_network(args: &[&str]) -> String {
     let out = Command::new(cli())
         .args(["health", "network"])
         .args(args)
-        .env("KUBECONFIG", admin_kubeconfig())
+        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
         .output()
         .unwrap();
     assert!(
@@ -178,7 +170,7 @@ async fn a_networks_health_follows_its_nodes_fabric_signals_and_shows_in_the_cli
 
     let out = Command::new(cli())
         .args(["health", "network"])
-        .env("KUBECONFIG", admin_kubeconfig())
+        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);

@@ -19,13 +19,6 @@ use gryvia_types::{ComponentPhase, GryviaStorage, GryviaStorageStatus};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-fn admin_kubeconfig() -> PathBuf {
-    match gryvia_testsupport::cluster() {
-        gryvia_testsupport::Cluster::Ready { kubeconfig } => kubeconfig,
-        gryvia_testsupport::Cluster::Skip(reason) => panic!("{reason}"),
-    }
-}
-
 /// The node agent cargo built beside the gpu-operator (`cargo test --workspace` builds it).
 fn node_agent() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_gryvia-gpu-operator"))
@@ -44,7 +37,7 @@ fn health_storage(args: &[&str]) -> String {
     let out = Command::new(cli)
         .args(["health", "storage"])
         .args(args)
-        .env("KUBECONFIG", admin_kubeconfig())
+        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
         .output()
         .unwrap();
     assert!(
