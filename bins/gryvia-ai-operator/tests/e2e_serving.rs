@@ -180,6 +180,27 @@ async fn wait_service(
     }
 }
 
+/// Reads registry `name`, changes it with `change` and writes it back, again on a conflict (the
+/// controller writes the registry's status meanwhile, which moves its resourceVersion).
+async fn update_registry(
+    api: &Api<GryviaModelRegistry>,
+    name: &str,
+    mut change: impl FnMut(&mut GryviaModelRegistry),
+) {
+    for _ in 0..20 {
+        let mut r = api.get(name).await.unwrap();
+        change(&mut r);
+        match api.replace(name, &PostParams::default(), &r).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("update GryviaModelRegistry {name}: {e}"),
+        }
+    }
+    panic!("update GryviaModelRegistry {name}: conflicts 20 times");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(
     clippy::too_many_lines,
@@ -392,14 +413,12 @@ async fn production_versions_are_served_a_good_canary_promoted_and_a_bad_one_rol
     // (from now on: the rate window, 3 s, holds only bad scrapes after a few seconds).
     series.bad.store(true, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let mut r = registries.get("llama").await.unwrap();
-    r.spec
-        .versions
-        .push(serde_json::from_value(version(base, "v3", "none")).unwrap());
-    registries
-        .replace("llama", &PostParams::default(), &r)
-        .await
-        .unwrap();
+    update_registry(&registries, "llama", |r| {
+        r.spec
+            .versions
+            .push(serde_json::from_value(version(base, "v3", "none")).unwrap());
+    })
+    .await;
     let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
         "metadata": {"name": "model-promoter"},
         "rules": [{"apiGroups": ["gryvia.io"], "resources": ["gryviamodelregistries"], "verbs": ["get", "update"]}]
@@ -423,15 +442,13 @@ async fn production_versions_are_served_a_good_canary_promoted_and_a_bad_one_rol
         gryvia_testsupport::client_as("alice").await.unwrap(),
         &ns.name,
     );
-    let mut r = alice.get("llama").await.unwrap();
-    let archived =
-        gryvia_reconcile::registry::promote(&mut r.spec.versions, "v3", ModelStage::Production)
-            .unwrap();
-    assert_eq!(archived.as_deref(), Some("v2"));
-    alice
-        .replace("llama", &PostParams::default(), &r)
-        .await
-        .unwrap();
+    update_registry(&alice, "llama", |r| {
+        let archived =
+            gryvia_reconcile::registry::promote(&mut r.spec.versions, "v3", ModelStage::Production)
+                .unwrap();
+        assert_eq!(archived.as_deref(), Some("v2"));
+    })
+    .await;
     let s = wait_service(&services, "the v3 canary rolled back", |s| {
         s.status.as_ref().is_some_and(|st| {
             st.canary_version.as_deref() == Some("v3")
