@@ -193,7 +193,7 @@ async fn update_registry(
         match api.replace(name, &PostParams::default(), &r).await {
             Ok(_) => return,
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("update GryviaModelRegistry {name}: {e}"),
         }
