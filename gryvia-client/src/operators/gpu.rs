@@ -11,8 +11,9 @@ use crate::{Error, Result};
 /// Name of the operator (its Lease, its logs).
 pub const NAME: &str = "gryvia-gpu-operator";
 
-/// Evaluates GPU health checks; with --gpu-remediation also cordons, taints, drains and
-/// remediates failing nodes.
+/// Writes the health of storage (from the node agents' probes) and networks (from the
+/// collectors' fabric signals); with --gpu-health evaluates GPU health checks, and with
+/// --gpu-remediation also cordons, taints, drains and remediates failing nodes.
 #[derive(clap::Parser, Debug)]
 #[command(name = "gryvia-gpu-operator", version, about)]
 pub struct Flags {
