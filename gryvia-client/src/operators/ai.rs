@@ -19,7 +19,7 @@ pub const NAME: &str = "gryvia-ai-operator";
 /// Runs AI jobs, checks job templates, turns priority tiers into PriorityClasses, runs
 /// workflows and serves the admission webhooks of GryviaAIJobs.
 #[derive(clap::Parser, Debug)]
-#[command(name = "gryvia-ai-operator", version, about)]
+#[command(name = "gryvia-ai-operator", version)]
 pub struct Flags {
     /// Run GryviaReservations: label (and, exclusive, taint) the nodes they hold, evict
     /// borrowers when the owner's pods wait, account availability (opt-in; turning it on makes

@@ -15,7 +15,7 @@ pub const NAME: &str = "gryvia-gpu-operator";
 /// collectors' fabric signals); with --gpu-health evaluates GPU health checks, and with
 /// --gpu-remediation also cordons, taints, drains and remediates failing nodes.
 #[derive(clap::Parser, Debug)]
-#[command(name = "gryvia-gpu-operator", version, about)]
+#[command(name = "gryvia-gpu-operator", version)]
 pub struct Flags {
     /// Evaluate GryviaHealthChecks (opt-in; chart value platformCompletion.gpuHealth).
     #[arg(long, env = "GRYVIA_GPU_HEALTH")]

@@ -15,7 +15,7 @@ pub const NAME: &str = "gryvia-quota-operator";
 /// Reconciles GryviaTenants (namespace, quota, limit range, network policy, RoleBindings),
 /// GryviaQuotas and GryviaBudgets; meters GPU jobs into priced usage records (opt-in).
 #[derive(clap::Parser, Debug)]
-#[command(name = "gryvia-quota-operator", version, about)]
+#[command(name = "gryvia-quota-operator", version)]
 pub struct Flags {
     /// Create RoleBindings for tenant members (opt-in; chart value quotaOperator.tenantRbac).
     #[arg(long, env = "GRYVIA_TENANT_RBAC")]
