@@ -1066,17 +1066,11 @@ impl Agent {
         });
         let mut probes = Vec::new();
         for storage in storages {
-            let Some(path) = storage.spec.mount_path.clone() else {
+            let Some(path) = gryvia_reconcile::storage_health::probed_at(&storage, &self.labels)
+                .map(str::to_owned)
+            else {
                 continue;
             };
-            let selected = storage
-                .spec
-                .node_selector
-                .iter()
-                .all(|(k, v)| self.labels.get(k) == Some(v));
-            if !selected {
-                continue;
-            }
             let name = storage.meta().name.clone().unwrap_or_default();
             let under_root = self.config.host_root.join(path.trim_start_matches('/'));
             let probe = crate::storage_probe::probe_bounded(

@@ -40,6 +40,15 @@ fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// Whether `labels` carry every key and value of the equality selector `selector` (a
+/// `nodeSelector` map; an empty one selects everything).
+pub fn labels_match(
+    selector: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// The health check that quarantined `node`: the value of its `gryvia.io/gpu-unhealthy`
 /// taint with effect `NoSchedule` (the taint is the record of a quarantine, see
 /// [`crate::health`]); `None` when the node is not quarantined.

@@ -5,17 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::conditions;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use gryvia_types::{GryviaFabricSignal, GryviaNetwork, GryviaNetworkStatus};
 
-use crate::component_health::{self, READY};
-use crate::{Plan, Reconcile, Timestamp};
-
-/// A signal older than this many windows (and at least [`MIN_STALE_SECONDS`]) is stale.
-pub const STALE_WINDOWS: i64 = 3;
-/// The least age, seconds, that makes a signal stale.
-pub const MIN_STALE_SECONDS: i64 = 60;
+use crate::component_health;
+use crate::{Plan, Reconcile, Timestamp, facts};
 
 /// What the network's status is worked out from.
 #[derive(Clone, Debug, Default)]
@@ -46,11 +40,8 @@ pub fn node_links(
     let Some(status) = signal.and_then(|s| s.status.as_ref()) else {
         return NodeLinks::Unknown;
     };
-    let Some(updated) = &status.updated_at else {
-        return NodeLinks::Unknown;
-    };
-    let stale_after = (i64::from(status.window_seconds) * STALE_WINDOWS).max(MIN_STALE_SECONDS);
-    if now.as_second() - updated.0.as_second() > stale_after {
+    // A signal is written every window.
+    if !component_health::fresh(status.updated_at.as_ref(), status.window_seconds, now) {
         return NodeLinks::Unknown;
     }
     let expected_mbps = network
@@ -117,15 +108,14 @@ pub fn status(
     world: &NetworkWorld,
     now: Timestamp,
 ) -> GryviaNetworkStatus {
-    let selector = &network.spec.node_selector;
     let attached: Vec<&String> = world
         .nodes
         .iter()
-        .filter(|(_, labels)| selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .filter(|(_, labels)| facts::labels_match(&network.spec.node_selector, labels))
         .map(|(n, _)| n)
         .collect();
     let (mut healthy, mut unknown) = (0usize, Vec::new());
-    let mut degraded: Vec<(String, Vec<String>)> = Vec::new();
+    let mut degraded: Vec<(String, String)> = Vec::new();
     let mut fresh = Vec::new();
     for node in &attached {
         let signal = world.signals.get(*node);
@@ -135,7 +125,7 @@ pub fn status(
                 fresh.extend(signal);
             }
             NodeLinks::Degraded(p) => {
-                degraded.push(((*node).clone(), p));
+                degraded.push(((*node).clone(), p.join(", ")));
                 fresh.extend(signal);
             }
             NodeLinks::Unknown => unknown.push((*node).clone()),
@@ -143,33 +133,25 @@ pub fn status(
     }
     let reporting = healthy + degraded.len();
     let phase = component_health::phase(reporting, degraded.len(), 0);
-    let mut parts = Vec::new();
-    if attached.is_empty() {
-        parts.push("no node matches spec.nodeSelector".to_owned());
+    let head = if attached.is_empty() {
+        "no node matches spec.nodeSelector".to_owned()
     } else {
-        parts.push(format!(
+        format!(
             "{} of {} nodes reporting, {} degraded",
             reporting,
             attached.len(),
             degraded.len()
-        ));
-    }
-    for (node, problems) in degraded.iter().take(5) {
-        parts.push(format!("{node}: {}", problems.join(", ")));
-    }
-    if !unknown.is_empty() {
-        let shown: Vec<&str> = unknown.iter().take(5).map(String::as_str).collect();
-        parts.push(format!("no fresh fabric signal from {}", shown.join(", ")));
-    }
-    let message = parts.join("; ");
+        )
+    };
+    let message = component_health::message(head, &degraded, "fabric signal", &unknown);
     let mut status = network.status.clone().unwrap_or_default();
     status.phase = Some(phase);
     status.nodes_total = i32::try_from(attached.len()).unwrap_or(i32::MAX);
     status.nodes_degraded = i32::try_from(degraded.len()).unwrap_or(i32::MAX);
     status.measured_bandwidth_gbps = median_speed_gbps(network, &fresh);
     status.last_checked = Some(Time(now));
-    status.message = Some(message.clone());
-    let (cond, reason) = component_health::ready(
+    component_health::set_ready(
+        &mut status.conditions,
         phase,
         [
             "LinksHealthy",
@@ -177,18 +159,11 @@ pub fn status(
             "LinksDown",
             "NoFabricSignal",
         ],
+        &message,
+        network.metadata.generation,
+        now,
     );
-    conditions::set(
-        &mut status.conditions,
-        conditions::new(
-            READY,
-            cond,
-            reason,
-            message,
-            network.metadata.generation,
-            now,
-        ),
-    );
+    status.message = Some(message);
     status
 }
 

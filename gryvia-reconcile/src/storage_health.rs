@@ -5,18 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::conditions;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use gryvia_types::{GryviaGpuNode, GryviaStorage, GryviaStorageStatus, StorageProbe};
 
-use crate::component_health::{self, READY};
-use crate::{Plan, Reconcile, Timestamp};
-
-/// A report older than this many of its agent's intervals (and at least
-/// [`MIN_STALE_SECONDS`]) is stale.
-pub const STALE_INTERVALS: i64 = 3;
-/// The least age, seconds, that makes a report stale.
-pub const MIN_STALE_SECONDS: i64 = 60;
+use crate::component_health;
+use crate::{Plan, Reconcile, Timestamp, facts};
 
 /// What the storage's status is worked out from.
 #[derive(Clone, Debug, Default)]
@@ -40,6 +33,19 @@ pub enum NodeStorage {
     Unknown,
 }
 
+/// Where the node agent of a node labelled `node_labels` probes `storage`: its `mountPath`
+/// when it has one and its `nodeSelector` selects the node.
+pub fn probed_at<'a>(
+    storage: &'a GryviaStorage,
+    node_labels: &BTreeMap<String, String>,
+) -> Option<&'a str> {
+    storage
+        .spec
+        .mount_path
+        .as_deref()
+        .filter(|_| facts::labels_match(&storage.spec.node_selector, node_labels))
+}
+
 /// The verdict on `storage` from a node's agent `report` at `now`.
 pub fn node_storage(
     storage: &GryviaStorage,
@@ -52,12 +58,8 @@ pub fn node_storage(
     let Some(status) = &agent.status else {
         return NodeStorage::Unknown;
     };
-    let Some(observed) = &status.observed_at else {
-        return NodeStorage::Unknown;
-    };
-    let stale_after =
-        (i64::from(agent.spec.report_interval_seconds) * STALE_INTERVALS).max(MIN_STALE_SECONDS);
-    if now.as_second() - observed.0.as_second() > stale_after {
+    let interval = agent.spec.report_interval_seconds;
+    if !component_health::fresh(status.observed_at.as_ref(), interval, now) {
         return NodeStorage::Unknown;
     }
     let name = storage.metadata.name.as_deref().unwrap_or_default();
@@ -84,13 +86,13 @@ pub fn status(
     world: &StorageWorld,
     now: Timestamp,
 ) -> GryviaStorageStatus {
-    let selector = &storage.spec.node_selector;
     // The nodes expected to mount it: those selected that run a node agent.
     let expected: Vec<&String> = world
         .nodes
         .iter()
         .filter(|(n, labels)| {
-            world.agents.contains_key(*n) && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            world.agents.contains_key(*n)
+                && facts::labels_match(&storage.spec.node_selector, labels)
         })
         .map(|(n, _)| n)
         .collect();
@@ -120,33 +122,26 @@ pub fn status(
     let phase = component_health::phase(probed, failing.len(), slow.len());
     let mut latencies: Vec<i64> = ok.iter().filter_map(|p| p.latency_millis).collect();
     latencies.sort_unstable();
-    let mut parts = Vec::new();
-    match (&storage.spec.mount_path, expected.len()) {
-        (None, _) => parts.push("no spec.mountPath: nothing to probe".to_owned()),
-        (Some(_), 0) => {
-            parts.push("no node with a node agent matches spec.nodeSelector".to_owned())
-        }
-        (Some(path), n) => parts.push(format!(
+    let head = match (&storage.spec.mount_path, expected.len()) {
+        (None, _) => "no spec.mountPath: nothing to probe".to_owned(),
+        (Some(_), 0) => "no node with a node agent matches spec.nodeSelector".to_owned(),
+        (Some(path), n) => format!(
             "{path}: {} of {n} nodes probed, {} failing, {} slow",
             probed,
             failing.len(),
             slow.len()
-        )),
-    }
-    for (node, why) in failing.iter().take(5) {
-        parts.push(format!("{node}: {why}"));
-    }
-    for (node, ms) in slow.iter().take(5) {
-        parts.push(format!(
-            "{node}: {ms}ms, over {}ms",
-            storage.spec.max_latency_millis
-        ));
-    }
-    if !unknown.is_empty() {
-        let shown: Vec<&str> = unknown.iter().take(5).map(String::as_str).collect();
-        parts.push(format!("no fresh probe from {}", shown.join(", ")));
-    }
-    let message = parts.join("; ");
+        ),
+    };
+    let max_ms = storage.spec.max_latency_millis;
+    let problems: Vec<(String, String)> = failing
+        .iter()
+        .cloned()
+        .chain(
+            slow.iter()
+                .map(|(node, ms)| (node.clone(), format!("{ms}ms, over {max_ms}ms"))),
+        )
+        .collect();
+    let message = component_health::message(head, &problems, "probe", &unknown);
     let mut status = storage.status.clone().unwrap_or_default();
     status.phase = Some(phase);
     status.latency_millis = (!latencies.is_empty()).then(|| latencies[latencies.len() / 2]);
@@ -154,8 +149,8 @@ pub fn status(
     status.capacity_bytes = ok.iter().filter_map(|p| p.capacity_bytes).max();
     status.used_bytes = ok.iter().filter_map(|p| p.used_bytes).max();
     status.last_checked = Some(Time(now));
-    status.message = Some(message.clone());
-    let (cond, reason) = component_health::ready(
+    component_health::set_ready(
+        &mut status.conditions,
         phase,
         [
             "MountsHealthy",
@@ -163,18 +158,11 @@ pub fn status(
             "MountsFailing",
             "NotProbed",
         ],
+        &message,
+        storage.metadata.generation,
+        now,
     );
-    conditions::set(
-        &mut status.conditions,
-        conditions::new(
-            READY,
-            cond,
-            reason,
-            message,
-            storage.metadata.generation,
-            now,
-        ),
-    );
+    status.message = Some(message);
     status
 }
 
@@ -348,6 +336,21 @@ mod tests {
             s.message.as_deref(),
             Some("no spec.mountPath: nothing to probe")
         );
+    }
+
+    #[test]
+    fn an_agent_probes_the_storages_with_a_mount_path_that_select_its_node() {
+        let gpu = BTreeMap::from([("gpu".to_owned(), "yes".to_owned())]);
+        assert_eq!(probed_at(&storage(100), &gpu), Some("/mnt/datasets"));
+        assert_eq!(probed_at(&storage(100), &BTreeMap::new()), None);
+        let mut everywhere = storage(100);
+        everywhere.spec.node_selector.clear();
+        assert_eq!(
+            probed_at(&everywhere, &BTreeMap::new()),
+            Some("/mnt/datasets")
+        );
+        everywhere.spec.mount_path = None;
+        assert_eq!(probed_at(&everywhere, &gpu), None);
     }
 
     #[test]

@@ -77,18 +77,6 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", micros % 0xff_ffff)
 }
 
-/// The admin kubeconfig of the control plane the test found (for running a binary, such as
-/// the CLI, as the test's own user).
-///
-/// # Panics
-/// When there is no control plane; call it after [`client`] found one.
-pub fn admin_kubeconfig() -> PathBuf {
-    match cluster() {
-        Cluster::Ready { kubeconfig } => kubeconfig,
-        Cluster::Skip(reason) => panic!("{reason}"),
-    }
-}
-
 /// A loopback port nobody listens on now (for a binary's `--metrics-addr` or webhook).
 ///
 /// # Panics

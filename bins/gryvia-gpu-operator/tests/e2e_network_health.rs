@@ -55,20 +55,12 @@ async fn write_signal(client: &kube::Client, node: &str, interfaces: Value) {
     .unwrap();
 }
 
-/// `gryvia health network ARGS`'s standard output (the command must succeed).
-fn health_network(args: &[&str]) -> String {
-    let out = Command::new(cli())
-        .args(["health", "network"])
-        .args(args)
-        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// `gryvia health network ARGS`'s standard output, as the test's admin (it must succeed).
+async fn health_network(args: &[&str]) -> String {
+    let args: Vec<&str> = ["health", "network"].iter().chain(args).copied().collect();
+    let (ok, out, err) = gryvia_testsupport::run_binary(cli().to_str().unwrap(), &args).await;
+    assert!(ok, "{err}");
+    out
 }
 
 fn ib0(state: &str, gbps: i64) -> Value {
@@ -168,17 +160,7 @@ async fn a_networks_health_follows_its_nodes_fabric_signals_and_shows_in_the_cli
         ("False", "LinksDegraded")
     );
 
-    let out = Command::new(cli())
-        .args(["health", "network"])
-        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = health_network(&[]).await;
     let row = table.lines().find(|l| l.starts_with(&name)).unwrap();
     assert!(row.contains("Degraded"), "{table}");
     assert!(row.contains(&format!("{n1}: ib0 down")), "{table}");
@@ -189,7 +171,7 @@ async fn a_networks_health_follows_its_nodes_fabric_signals_and_shows_in_the_cli
     let s = phase_is(&api, &name, ComponentPhase::Healthy, "3 of 3").await;
     assert_eq!((s.nodes_total, s.nodes_degraded), (3, 0));
     assert_eq!(s.measured_bandwidth_gbps, Some(400.0));
-    let v: Value = serde_json::from_str(&health_network(&["-o", "json"])).unwrap();
+    let v: Value = serde_json::from_str(&health_network(&["-o", "json"]).await).unwrap();
     let shown = v["networks"]
         .as_array()
         .unwrap()

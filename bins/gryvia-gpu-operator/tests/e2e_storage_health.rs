@@ -8,7 +8,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
 use std::path::PathBuf;
-use std::process::Command;
+
 use std::time::Duration;
 
 use gryvia_testsupport::{
@@ -31,21 +31,13 @@ fn node_agent() -> PathBuf {
     path
 }
 
-/// `gryvia health storage ARGS`'s standard output (the command must succeed).
-fn health_storage(args: &[&str]) -> String {
+/// `gryvia health storage ARGS`'s standard output, as the test's admin (it must succeed).
+async fn health_storage(args: &[&str]) -> String {
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_gryvia-gpu-operator")).with_file_name("gryvia");
-    let out = Command::new(cli)
-        .args(["health", "storage"])
-        .args(args)
-        .env("KUBECONFIG", gryvia_testsupport::admin_kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let args: Vec<&str> = ["health", "storage"].iter().chain(args).copied().collect();
+    let (ok, out, err) = gryvia_testsupport::run_binary(cli.to_str().unwrap(), &args).await;
+    assert!(ok, "{err}");
+    out
 }
 
 /// The storage's status once it has `phase` and its message contains `says` (both agents'
@@ -141,8 +133,8 @@ async fn check_agent_endpoints(ports: &[u16], shm: &str, unmounted: &str) {
 
 /// `gryvia health storage` shows both storages with their phase and reason, as a table and as
 /// JSON.
-fn check_cli(shm: &str, unmounted: &str) {
-    let table = health_storage(&[]);
+async fn check_cli(shm: &str, unmounted: &str) {
+    let table = health_storage(&[]).await;
     let row = |name: &str| {
         table
             .lines()
@@ -155,7 +147,7 @@ fn check_cli(shm: &str, unmounted: &str) {
         row(unmounted).contains("Unavailable") && row(unmounted).contains("not a mount point"),
         "{table}"
     );
-    let v: Value = serde_json::from_str(&health_storage(&["-o", "json"])).unwrap();
+    let v: Value = serde_json::from_str(&health_storage(&["-o", "json"]).await).unwrap();
     assert!(
         v["storage"]
             .as_array()
@@ -258,7 +250,7 @@ async fn node_agents_probe_storage_mounts_and_the_operator_reports_each_storages
         ("False", "MountsFailing")
     );
 
-    check_cli(&shm, &unmounted);
+    check_cli(&shm, &unmounted).await;
     check_agent_endpoints(&ports, &shm, &unmounted).await;
 
     drop(agents);

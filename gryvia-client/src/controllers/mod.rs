@@ -156,6 +156,23 @@ where
         .collect()
 }
 
+/// Every node's labels, by node name, for Worlds that select nodes.
+pub fn node_labels(
+    nodes: &Store<k8s_openapi::api::core::v1::Node>,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+    nodes
+        .state()
+        .iter()
+        .map(|n| {
+            let meta = &n.metadata;
+            (
+                meta.name.clone().unwrap_or_default(),
+                meta.labels.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// The object named `name` in `namespace` (or cluster-scoped with `None`) in `store`.
 pub fn cached<K>(store: &Store<K>, namespace: Option<&str>, name: &str) -> Option<Arc<K>>
 where

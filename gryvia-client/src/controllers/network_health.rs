@@ -7,11 +7,10 @@ use std::sync::Arc;
 use gryvia_reconcile::network_health::{NetworkReconciler, NetworkWorld};
 use gryvia_types::{GryviaFabricSignal, GryviaNetwork};
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, all_of, changed, node_labels};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -31,12 +30,7 @@ impl Observe for NetworkObserver {
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.signals, "GryviaFabricSignal").await?;
         Ok(NetworkWorld {
-            nodes: self
-                .nodes
-                .state()
-                .iter()
-                .map(|n| (n.name_any(), n.labels().clone()))
-                .collect(),
+            nodes: node_labels(&self.nodes),
             signals: self
                 .signals
                 .state()
@@ -60,13 +54,7 @@ pub fn controller(shared: &Shared) -> Running {
     )
     .watches_shared_stream(
         c.subscribe::<GryviaFabricSignal>(),
-        move |_s: Arc<GryviaFabricSignal>| {
-            of_signal
-                .state()
-                .iter()
-                .map(|n| ObjectRef::from_obj(n.as_ref()))
-                .collect::<Vec<_>>()
-        },
+        move |_s: Arc<GryviaFabricSignal>| all_of(&of_signal),
     );
     let observer = NetworkObserver {
         nodes: c.store(),

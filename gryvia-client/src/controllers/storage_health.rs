@@ -7,11 +7,10 @@ use std::sync::Arc;
 use gryvia_reconcile::storage_health::{StorageReconciler, StorageWorld};
 use gryvia_types::{GryviaGpuNode, GryviaStorage};
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Running, Shared, changed};
+use super::{Running, Shared, changed, node_labels};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
@@ -31,12 +30,7 @@ impl Observe for StorageObserver {
         wait_ready(&self.nodes, "Node").await?;
         wait_ready(&self.agents, "GryviaGpuNode").await?;
         Ok(StorageWorld {
-            nodes: self
-                .nodes
-                .state()
-                .iter()
-                .map(|n| (n.name_any(), n.labels().clone()))
-                .collect(),
+            nodes: node_labels(&self.nodes),
             agents: self
                 .agents
                 .state()
