@@ -719,12 +719,7 @@ pub fn target_nodes(spec: &GryviaHealthCheckSpec, nodes: &[NodeInfo]) -> Vec<Str
         TargetType::Selector => out.extend(
             nodes
                 .iter()
-                .filter(|n| {
-                    spec.target
-                        .node_selector
-                        .iter()
-                        .all(|(k, v)| n.labels.get(k) == Some(v))
-                })
+                .filter(|n| facts::labels_match(&spec.target.node_selector, &n.labels))
                 .map(|n| n.name.clone()),
         ),
     }

@@ -171,10 +171,7 @@ pub fn selects(hook: &GryviaJobHook, s: &Subject) -> bool {
     };
     kind_ok
         && (sel.names.is_empty() || sel.names.contains(&s.name))
-        && sel
-            .match_labels
-            .iter()
-            .all(|(k, v)| s.labels.get(k) == Some(v))
+        && crate::facts::labels_match(&sel.match_labels, &s.labels)
 }
 
 /// What the hook has seen of `s` when it has no record of it.
