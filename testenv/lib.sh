@@ -47,12 +47,20 @@ HELM_RECIPE=1
 helm_hash() {
   { echo "recipe=$HELM_RECIPE"; cd "$TESTENV_DIR" && cat go/helm/go.mod go/helm/go.sum go/helm/*.go; } | sha256sum | cut -c1-10
 }
+# Dex (testenv/build --with-dex, testenv/up --with-dex): the OIDC issuer the gateway's tests get
+# real tokens from. Its module serves v2.45.1 only as this pseudo-version. Its own cache directory.
+DEX_VERSION="$(modver "$TESTENV_DIR/go/dex/go.mod" github.com/dexidp/dex)"
+DEX_RECIPE=1
+dex_hash() {
+  { echo "recipe=$DEX_RECIPE"; cd "$TESTENV_DIR" && cat go/dex/go.mod go/dex/go.sum go/dex/*.go; } | sha256sum | cut -c1-10
+}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_$(testenv_hash)"
 CACHE_BASE="${GRYVIA_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gryvia/testenv}"
 BIN_DIR="$CACHE_BASE/$VERSION_KEY"
 KUEUE_BIN_DIR="$CACHE_BASE/kueue-${KUEUE_VERSION}_$(kueue_hash)"
 PROMETHEUS_BIN_DIR="$CACHE_BASE/prometheus-${PROMETHEUS_VERSION}_$(prometheus_hash)"
 HELM_BIN_DIR="$CACHE_BASE/helm-${HELM_VERSION}_$(helm_hash)"
+DEX_BIN_DIR="$CACHE_BASE/dex-v2.45.1_$(dex_hash)"
 
 # Binaries that testenv/build produces (kubectl: see testenv/README.md, "kubectl").
 TESTENV_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
@@ -70,6 +78,7 @@ binaries_present() {
 # CRDs and webhook manifests (copied next to the binaries, applied as they are).
 prometheus_present() { [[ -x "$PROMETHEUS_BIN_DIR/prometheus" ]]; }
 helm_present() { [[ -x "$HELM_BIN_DIR/helm" ]]; }
+dex_present() { [[ -x "$DEX_BIN_DIR/dex" ]]; }
 
 kueue_present() {
   [[ -x "$KUEUE_BIN_DIR/kueue" && -x "$KUEUE_BIN_DIR/kueue-scheduler-perf-runner" \
@@ -104,11 +113,12 @@ SCHEDULER_PORT="${GRYVIA_TESTENV_SCHEDULER_PORT:-16259}"
 KWOK_PORT="${GRYVIA_TESTENV_KWOK_PORT:-16247}"
 KUEUE_WEBHOOK_PORT="${GRYVIA_TESTENV_KUEUE_WEBHOOK_PORT:-16943}"
 KUEUE_HEALTH_PORT="${GRYVIA_TESTENV_KUEUE_HEALTH_PORT:-16981}"  # metrics on KUEUE_HEALTH_PORT+1
+DEX_PORT="${GRYVIA_TESTENV_DEX_PORT:-16556}"
 
 # Components in start order; testenv/down stops them in reverse order. Kueue runs only when
 # testenv/up was given --with-kueue (it is then last: started after the CRDs, stopped first).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok podlogs)
-OPTIONAL_COMPONENTS=(kueue)
+OPTIONAL_COMPONENTS=(kueue dex)
 
 # pid_alive <component>: the pid in the pidfile exists and its command line mentions our state dir
 # (guards against a recycled pid belonging to somebody else).
