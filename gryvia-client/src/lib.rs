@@ -13,6 +13,8 @@ pub mod apply;
 pub mod cache;
 pub mod controllers;
 pub mod crds;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 pub mod gpu_agent;
 pub mod mail;
 pub mod metrics;

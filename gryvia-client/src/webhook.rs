@@ -138,7 +138,7 @@ pub async fn post(
 }
 
 /// An error with its sources in one line (hyper's own says only `client error (Connect)`).
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -27,9 +27,9 @@ use gryvia_types::conditions::{self, Status};
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use gryvia_types::money::{Decimal, MICROS};
 use gryvia_types::{
-    CurrencyAmount, DeliveryState, GryviaInvoice, GryviaInvoiceSpec, GryviaInvoiceStatus,
-    GryviaTenant, GryviaUsageRecord, InvoiceJob, InvoiceLine, InvoicePhase, PeriodType,
-    UnpricedUsage, WebhookDelivery,
+    CurrencyAmount, DeliveryState, GryviaGpuSku, GryviaInvoice, GryviaInvoiceSpec,
+    GryviaInvoiceStatus, GryviaTenant, GryviaUsageRecord, InvoiceJob, InvoiceLine, InvoicePhase,
+    PeriodType, UnpricedUsage, WebhookDelivery,
 };
 use serde::{Deserialize, Serialize};
 
@@ -699,6 +699,69 @@ impl crate::Reconcile for MonthlyInvoices {
         let wait = wait_until(next_month(now), now);
         plan.requeue(wait.clamp(Duration::from_secs(1), Duration::from_secs(3600)));
         plan
+    }
+}
+
+/// A tenant's spend in a period so far, as `gryvia cost` and the gateway show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    /// Tenant.
+    pub tenant: String,
+    /// `month` or `week`.
+    pub period: String,
+    /// Start of the period.
+    pub period_start: String,
+    /// End of the period.
+    pub period_end: String,
+    /// Spend so far, US dollars.
+    #[serde(rename = "spendUSD")]
+    pub spend_usd: Decimal,
+    /// GPU-hours so far.
+    pub gpu_hours: Decimal,
+    /// The spend so far extrapolated to the end of the period (from one hour into it).
+    #[serde(rename = "forecastUSD", skip_serializing_if = "Option::is_none")]
+    pub forecast_usd: Option<Decimal>,
+    /// Usage records counted.
+    pub records: i32,
+    /// Lines per SKU, charges per job, other currencies and unpriced usage (with `--detailed`
+    /// the tables show them; JSON and YAML always carry them).
+    pub detail: GryviaInvoiceStatus,
+}
+
+/// The cost of tenant `name` in the `which` period containing `now` (a month unless weekly).
+pub fn cost_of(
+    name: &str,
+    which: PeriodType,
+    records: &[GryviaUsageRecord],
+    skus: &[GryviaGpuSku],
+    now: jiff::Timestamp,
+) -> Cost {
+    let (kind, label) = match which {
+        PeriodType::Weekly => (PeriodType::Weekly, "week"),
+        _ => (PeriodType::Monthly, "month"),
+    };
+    let (start, end) = period(kind, now);
+    let mut catalogue: Vec<_> = skus.iter().filter_map(Sku::of).collect();
+    catalogue.sort_by(|a, b| a.name.cmp(&b.name));
+    let counted = charges(name, start, now, records, &catalogue);
+    let mut detail = GryviaInvoiceStatus::default();
+    fill(&mut detail, "USD", &counted);
+    let spend_micros = counted.totals().get("USD").copied().unwrap_or(0);
+    let forecast_usd = crate::budget::forecast(spend_micros, start, end, now);
+    Cost {
+        tenant: name.to_owned(),
+        period: label.to_owned(),
+        period_start: start.to_string(),
+        period_end: end.to_string(),
+        spend_usd: Decimal::from_micros(spend_micros),
+        gpu_hours: detail
+            .gpu_hours
+            .clone()
+            .unwrap_or_else(|| Decimal::from_micros(0)),
+        forecast_usd,
+        records: detail.records,
+        detail,
     }
 }
 

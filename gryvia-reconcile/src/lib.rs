@@ -24,6 +24,7 @@ pub mod component_health;
 pub mod cron;
 pub mod delivery;
 pub mod facts;
+pub mod gateway;
 pub mod health;
 pub mod hooks;
 pub mod invoice;

@@ -15,7 +15,7 @@ use gryvia_types::conditions::{self, Status};
 use gryvia_types::labels;
 use gryvia_types::{
     DataClassification, DeletionPolicy, GryviaQuota, GryviaQuotaStatus, GryviaTenant,
-    GryviaTenantStatus, MemberRole,
+    GryviaTenantStatus, MemberKind, MemberRole,
 };
 use k8s_openapi::api::core::v1::{
     LimitRange, LimitRangeItem, LimitRangeSpec, Namespace, Node, ResourceQuota, ResourceQuotaSpec,
@@ -532,7 +532,8 @@ pub fn role_binding_name(cluster_role: &str) -> String {
     format!("gryvia-tenant-{cluster_role}")
 }
 
-/// The RoleBinding of the members with `role` to `cluster_role`, users sorted; `None` when
+/// The RoleBinding of the members with `role` to `cluster_role` (users, then groups, each
+/// sorted; a member of kind `Group` is a Group subject); `None` when
 /// the role has no member.
 pub fn tenant_role_binding(
     tenant: &GryviaTenant,
@@ -540,12 +541,12 @@ pub fn tenant_role_binding(
     cluster_role: &str,
 ) -> Option<RoleBinding> {
     let name = tenant.metadata.name.as_deref().unwrap_or_default();
-    let mut users: Vec<&str> = tenant
+    let mut users: Vec<(MemberKind, &str)> = tenant
         .spec
         .members
         .iter()
         .filter(|m| m.role == role)
-        .map(|m| m.username.as_str())
+        .map(|m| (m.kind, m.username.as_str()))
         .collect();
     users.sort_unstable();
     (!users.is_empty()).then(|| RoleBinding {
@@ -558,8 +559,12 @@ pub fn tenant_role_binding(
         subjects: Some(
             users
                 .into_iter()
-                .map(|u| Subject {
-                    kind: "User".to_owned(),
+                .map(|(kind, u)| Subject {
+                    kind: match kind {
+                        MemberKind::User => "User",
+                        MemberKind::Group => "Group",
+                    }
+                    .to_owned(),
                     api_group: Some(RBAC_GROUP.to_owned()),
                     name: u.to_owned(),
                     namespace: None,
@@ -1122,6 +1127,7 @@ mod tests {
 
     fn member(name: &str, role: MemberRole) -> TenantMember {
         TenantMember {
+            kind: MemberKind::User,
             username: name.to_owned(),
             role,
         }

@@ -20,7 +20,8 @@ use gryvia_reconcile::workflow::{WorkflowReconciler, WorkflowWorld};
 use gryvia_types::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use gryvia_types::testing::{ai_job, tenant};
 use gryvia_types::{
-    GryviaPriority, GryviaQuota, GryviaWorkflow, MemberRole, TenantMember, TenantNetworkPolicy,
+    GryviaPriority, GryviaQuota, GryviaWorkflow, MemberKind, MemberRole, TenantMember,
+    TenantNetworkPolicy,
 };
 use serde_json::{Value, json};
 
@@ -63,10 +64,12 @@ fn full_tenant() -> gryvia_types::GryviaTenant {
     let mut t = tenant("ml", 16);
     t.spec.members = vec![
         TenantMember {
+            kind: MemberKind::User,
             username: "bob".into(),
             role: MemberRole::Member,
         },
         TenantMember {
+            kind: MemberKind::User,
             username: "alice".into(),
             role: MemberRole::Admin,
         },

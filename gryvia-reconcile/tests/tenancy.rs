@@ -13,8 +13,8 @@ use gryvia_types::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use gryvia_types::testing::tenant;
 use gryvia_types::{
-    DeletionPolicy, GryviaQuota, GryviaQuotaSpec, GryviaTenant, GryviaTenantStatus, MemberRole,
-    QuotaLimits, TenantMember, TenantNetworkPolicy,
+    DeletionPolicy, GryviaQuota, GryviaQuotaSpec, GryviaTenant, GryviaTenantStatus, MemberKind,
+    MemberRole, QuotaLimits, TenantMember, TenantNetworkPolicy,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -184,15 +184,23 @@ fn tenant_rbac_binds_members_by_role_only_when_enabled() {
     let mut t = tenant("ml", 2);
     t.spec.members = vec![
         TenantMember {
+            kind: MemberKind::User,
             username: "bob".into(),
             role: MemberRole::Member,
         },
         TenantMember {
+            kind: MemberKind::User,
             username: "alice".into(),
             role: MemberRole::Admin,
         },
         TenantMember {
+            kind: MemberKind::User,
             username: "carol".into(),
+            role: MemberRole::Member,
+        },
+        TenantMember {
+            kind: MemberKind::Group,
+            username: "team-ml".into(),
             role: MemberRole::Member,
         },
     ];
@@ -210,7 +218,22 @@ fn tenant_rbac_binds_members_by_role_only_when_enabled() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["bob", "carol"], "sorted, deterministic");
+    assert_eq!(
+        names,
+        vec!["bob", "carol", "team-ml"],
+        "users, then groups, sorted, deterministic"
+    );
+    let kinds: Vec<&str> = edit["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["User", "User", "Group"],
+        "a group member binds a Group"
+    );
     assert!(
         deleted(&plan, "RoleBinding", "gryvia-tenant-view"),
         "a role without members has no binding"

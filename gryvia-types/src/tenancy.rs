@@ -53,7 +53,7 @@ pub struct GryviaTenantSpec {
     /// People of the tenant and their roles.
     #[serde(default)]
     #[schemars(length(max = 1000))]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["username"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["kind", "username"]))]
     pub members: Vec<TenantMember>,
     /// Resource limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,11 +93,40 @@ pub struct GryviaTenantSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantMember {
-    /// User name as the API server authenticates it (OIDC subject or user name).
+    /// User name as the API server authenticates it (OIDC subject or user name), or the name of
+    /// a group when `kind` is `Group`.
     #[schemars(length(min = 1, max = 253))]
     pub username: String,
+    /// Whether `username` names one user or a group of users (an OIDC `groups` claim value):
+    /// the tenant's RoleBindings name it with this subject kind, and the gateway maps a token's
+    /// groups to tenants through it.
+    #[serde(default)]
+    pub kind: MemberKind,
     /// Role in the tenant.
     pub role: MemberRole,
+}
+
+/// What a tenant member's name names.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
+)]
+pub enum MemberKind {
+    /// One user.
+    #[default]
+    User,
+    /// A group of users.
+    Group,
 }
 
 /// Role of a member.

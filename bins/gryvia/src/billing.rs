@@ -3,14 +3,12 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use gryvia_reconcile::budget::period;
-use gryvia_reconcile::invoice::{charges, fill};
+use gryvia_reconcile::invoice::{Cost, cost_of};
 use gryvia_types::money::Decimal;
 use gryvia_types::{
     GryviaGpuSku, GryviaInvoice, GryviaInvoiceStatus, GryviaUsageRecord, InvoicePhase, PeriodType,
 };
 use kube::api::{Api, ListParams};
-use serde::Serialize;
 
 use crate::output::{Output, Table, print_objects};
 
@@ -224,31 +222,13 @@ pub enum CostPeriod {
     Week,
 }
 
-/// A tenant's spend in a period, as `gryvia cost` shows it.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Cost {
-    /// Tenant.
-    pub tenant: String,
-    /// `month` or `week`.
-    pub period: String,
-    /// Start of the period.
-    pub period_start: String,
-    /// End of the period.
-    pub period_end: String,
-    /// Spend so far, US dollars.
-    #[serde(rename = "spendUSD")]
-    pub spend_usd: Decimal,
-    /// GPU-hours so far.
-    pub gpu_hours: Decimal,
-    /// The spend so far extrapolated to the end of the period (from one hour into it).
-    #[serde(rename = "forecastUSD", skip_serializing_if = "Option::is_none")]
-    pub forecast_usd: Option<Decimal>,
-    /// Usage records counted.
-    pub records: i32,
-    /// Lines per SKU, charges per job, other currencies and unpriced usage (with `--detailed`
-    /// the tables show them; JSON and YAML always carry them).
-    pub detail: GryviaInvoiceStatus,
+impl CostPeriod {
+    fn period_type(self) -> PeriodType {
+        match self {
+            CostPeriod::Month => PeriodType::Monthly,
+            CostPeriod::Week => PeriodType::Weekly,
+        }
+    }
 }
 
 /// `gryvia cost NAME`: what tenant `name` spent in the current `period` so far, from its usage
@@ -274,51 +254,12 @@ pub async fn cost(
         .context("list GPU SKUs")?
         .items;
     let now = jiff::Timestamp::now();
-    let c = cost_of(name, which, &records, &skus, now);
+    let c = cost_of(name, which.period_type(), &records, &skus, now);
     if output != Output::Table {
         return print_objects(&[c], output);
     }
     print_cost(&c, detailed);
     Ok(())
-}
-
-/// The cost of tenant `name` in the `which` period containing `now`.
-pub fn cost_of(
-    name: &str,
-    which: CostPeriod,
-    records: &[GryviaUsageRecord],
-    skus: &[GryviaGpuSku],
-    now: jiff::Timestamp,
-) -> Cost {
-    let (kind, label) = match which {
-        CostPeriod::Month => (PeriodType::Monthly, "month"),
-        CostPeriod::Week => (PeriodType::Weekly, "week"),
-    };
-    let (start, end) = period(kind, now);
-    let mut catalogue: Vec<_> = skus
-        .iter()
-        .filter_map(gryvia_reconcile::metering::Sku::of)
-        .collect();
-    catalogue.sort_by(|a, b| a.name.cmp(&b.name));
-    let counted = charges(name, start, now, records, &catalogue);
-    let mut detail = GryviaInvoiceStatus::default();
-    fill(&mut detail, "USD", &counted);
-    let spend_micros = counted.totals().get("USD").copied().unwrap_or(0);
-    let forecast_usd = gryvia_reconcile::budget::forecast(spend_micros, start, end, now);
-    Cost {
-        tenant: name.to_owned(),
-        period: label.to_owned(),
-        period_start: start.to_string(),
-        period_end: end.to_string(),
-        spend_usd: Decimal::from_micros(spend_micros),
-        gpu_hours: detail
-            .gpu_hours
-            .clone()
-            .unwrap_or_else(|| Decimal::from_micros(0)),
-        forecast_usd,
-        records: detail.records,
-        detail,
-    }
 }
 
 fn print_cost(c: &Cost, detailed: bool) {
@@ -398,7 +339,7 @@ mod tests {
             record("cv", "2026-12-02T00:00:00Z", None),
         ];
         let now: jiff::Timestamp = "2026-12-03T00:00:00Z".parse().unwrap();
-        let c = cost_of("ml", CostPeriod::Month, &records, &skus, now);
+        let c = cost_of("ml", PeriodType::Monthly, &records, &skus, now);
         assert_eq!(c.period_start, "2026-12-01T00:00:00Z");
         assert_eq!(c.gpu_hours.as_str(), "68", "20 + 48");
         assert_eq!(c.spend_usd.as_str(), "272");
@@ -409,7 +350,7 @@ mod tests {
         );
         assert_eq!(c.records, 2);
         assert_eq!(c.detail.jobs.len(), 1, "both records are job train on h100");
-        let week = cost_of("ml", CostPeriod::Week, &records, &skus, now);
+        let week = cost_of("ml", PeriodType::Weekly, &records, &skus, now);
         assert_eq!(week.period_start, "2026-11-30T00:00:00Z", "from Monday");
         assert_eq!(week.gpu_hours.as_str(), "76");
     }

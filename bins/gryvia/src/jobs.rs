@@ -367,49 +367,24 @@ pub async fn queue(namespace: Option<String>, all: bool, output: Output) -> anyh
         "WHY",
     ]);
     for j in &jobs {
-        let standing = j.status.as_ref().and_then(|s| s.queue.as_ref());
-        let kueue = j.status.as_ref().and_then(|s| s.kueue.as_ref());
-        let why = match (standing, kueue) {
-            (Some(q), _) => q.reason.clone(),
-            (None, Some(k)) => format!(
-                "Kueue {}: {}",
-                k.state,
-                k.message.as_deref().unwrap_or("no message")
-            ),
-            (None, None) => j
-                .status
-                .as_ref()
-                .and_then(|s| gryvia_types::conditions::find(&s.conditions, "Scheduled").cloned())
-                .map_or_else(
-                    || "not yet seen by the ai-operator".to_owned(),
-                    |c| format!("{}: {}", c.reason, c.message),
-                ),
-        };
-        let share = match j.spec.gpu_fraction {
-            Some(f) => format!("{f}"),
-            None => j.spec.gpus.to_string(),
-        };
+        let w = gryvia_reconcile::queue::waiting(j);
         t.row(vec![
-            j.namespace().unwrap_or_default(),
-            j.name_any(),
-            match (standing, kueue) {
-                (Some(q), _) => q.queue.clone(),
-                (None, Some(k)) => format!("kueue:{}", k.local_queue),
-                (None, None) => "-".to_owned(),
-            },
-            standing.map_or_else(|| "-".to_owned(), |q| q.position.to_string()),
-            j.spec.priority.to_string(),
+            w.namespace,
+            w.job,
+            w.queue.unwrap_or_else(|| "-".to_owned()),
+            w.position.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            w.priority.to_string(),
             format!(
-                "{} x {share}{}",
-                j.spec.replicas,
-                j.spec
-                    .gpu_type
-                    .as_ref()
-                    .map(|g| format!(" {g}"))
-                    .unwrap_or_default()
+                "{} x {}{}",
+                w.replicas,
+                w.gpus_per_worker,
+                w.gpu_type.map(|g| format!(" {g}")).unwrap_or_default()
             ),
-            standing.map_or_else(|| "-".to_owned(), |q| eta_text(q.expected_start.as_ref())),
-            why,
+            j.status
+                .as_ref()
+                .and_then(|s| s.queue.as_ref())
+                .map_or_else(|| "-".to_owned(), |q| eta_text(q.expected_start.as_ref())),
+            w.why,
         ]);
     }
     t.print();

@@ -32,6 +32,7 @@ mod ledger;
 mod nodes;
 mod observe;
 mod simulate;
+mod waiting;
 mod write;
 
 use std::collections::BTreeMap;
@@ -50,6 +51,7 @@ pub use nodes::{
     JobToleration, NodeCapacity, NodeTaint, Slot, Unavailable, Used, pod_gpu_resources,
 };
 pub use observe::{WhatIf, class_value, what_if, world_of};
+pub use waiting::{Waiting, waiting};
 pub use write::{
     ETA_TOLERANCE_SECONDS, JobEvent, JobWrite, JobWrites, QUEUE_READY, QueueFields,
     STANDING_WRITES_PER_CYCLE, job_writes, job_writes_within, notice_annotation, queue_status,

@@ -6639,6 +6639,9 @@ func (in *GryviaTenantSpec) DeepCopyInto(out *GryviaTenantSpec) {
 		in, out := &in.Members, &out.Members
 		*out = make([]GryviaTenantSpecMember, len(*in))
 		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.NetworkPolicy != nil {
 		in, out := &in.NetworkPolicy, &out.NetworkPolicy
@@ -6744,6 +6747,11 @@ func (in *GryviaTenantSpecGovernance) DeepCopy() *GryviaTenantSpecGovernance {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaTenantSpecMember) DeepCopyInto(out *GryviaTenantSpecMember) {
 	*out = *in
+	if in.Kind != nil {
+		in, out := &in.Kind, &out.Kind
+		*out = new(GryviaTenantSpecMemberKind)
+		**out = **in
+	}
 }
 
 // DeepCopy returns a deep copy of in, or nil when in is nil.

@@ -5788,6 +5788,7 @@ type GryviaTenantSpec struct {
 	//
 	// +optional
 	// +listType=map
+	// +listMapKey=kind
 	// +listMapKey=username
 	Members []GryviaTenantSpecMember `json:"members"`
 
@@ -5919,12 +5920,37 @@ const (
 //
 // A member of a tenant.
 type GryviaTenantSpecMember struct {
+	// Whether `username` names one user or a group of users (an OIDC `groups` claim value):
+	// the tenant's RoleBindings name it with this subject kind, and the gateway maps a token's
+	// groups to tenants through it.
+	//
+	// The API server defaults it to "User".
+	//
+	// +optional
+	Kind *GryviaTenantSpecMemberKind `json:"kind,omitempty"`
+
 	// Role in the tenant.
 	Role GryviaTenantSpecMemberRole `json:"role"`
 
-	// User name as the API server authenticates it (OIDC subject or user name).
+	// User name as the API server authenticates it (OIDC subject or user name), or the name of
+	// a group when `kind` is `Group`.
 	Username string `json:"username"`
 }
+
+// GryviaTenantSpecMemberKind is the set of values of GryviaTenant .spec.members[].kind.
+//
+// Whether `username` names one user or a group of users (an OIDC `groups` claim value):
+// the tenant's RoleBindings name it with this subject kind, and the gateway maps a token's
+// groups to tenants through it.
+type GryviaTenantSpecMemberKind string
+
+// Values of GryviaTenantSpecMemberKind.
+const (
+	// GryviaTenantSpecMemberKindUser is "User".
+	GryviaTenantSpecMemberKindUser GryviaTenantSpecMemberKind = "User"
+	// GryviaTenantSpecMemberKindGroup is "Group".
+	GryviaTenantSpecMemberKindGroup GryviaTenantSpecMemberKind = "Group"
+)
 
 // GryviaTenantSpecMemberRole is the set of values of GryviaTenant .spec.members[].role.
 //

@@ -1,0 +1,894 @@
+//! The gateway's handlers. Each acts on the cluster as the caller (impersonation) unless its
+//! doc says otherwise.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Html;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use gryvia_reconcile::gateway::{Identity, Via, namespace_allowed, tenant_namespace};
+use gryvia_reconcile::queue::Waiting;
+use gryvia_types::{
+    GryviaAIJob, GryviaGpuNode, GryviaGpuSku, GryviaInvoice, GryviaTemplate, GryviaTenant,
+    GryviaUsageRecord, PeriodType,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt as _;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::api::{
+    ApiError, ApiKeyView, CreateApiKey, CreatedApiKey, FromTemplate, JobLogs, MaintenanceRequest,
+    MaintenanceResult, Page, TenantDetail, WhoAmI,
+};
+use super::server::Gateway;
+
+type G = State<Arc<Gateway>>;
+type Answer<T> = Result<T, ApiError>;
+
+/// A namespaced Gryvia kind the gateway serves under `/api/v1/.../{resource}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// The path segment.
+    pub path: &'static str,
+    /// The kind.
+    pub kind: &'static str,
+    /// Its plural in the API.
+    pub plural: &'static str,
+}
+
+/// The namespaced kinds the gateway serves, by path segment.
+pub const RESOURCES: [Resource; 6] = [
+    Resource {
+        path: "jobs",
+        kind: "GryviaAIJob",
+        plural: "gryviaaijobs",
+    },
+    Resource {
+        path: "workflows",
+        kind: "GryviaWorkflow",
+        plural: "gryviaworkflows",
+    },
+    Resource {
+        path: "tuners",
+        kind: "GryviaAutoTuner",
+        plural: "gryviaautotuners",
+    },
+    Resource {
+        path: "inferenceservices",
+        kind: "GryviaInferenceService",
+        plural: "gryviainferenceservices",
+    },
+    Resource {
+        path: "workspaces",
+        kind: "GryviaWorkspace",
+        plural: "gryviaworkspaces",
+    },
+    Resource {
+        path: "models",
+        kind: "GryviaModelRegistry",
+        plural: "gryviamodelregistries",
+    },
+];
+
+fn resource(path: &str) -> Answer<(Resource, ApiResource)> {
+    let r = RESOURCES
+        .iter()
+        .find(|r| r.path == path)
+        .copied()
+        .ok_or_else(|| ApiError::not_found(format!("no resource {path:?}")))?;
+    let ar = ApiResource {
+        group: gryvia_types::GROUP.to_owned(),
+        version: gryvia_types::VERSION.to_owned(),
+        api_version: format!("{}/{}", gryvia_types::GROUP, gryvia_types::VERSION),
+        kind: r.kind.to_owned(),
+        plural: r.plural.to_owned(),
+    };
+    Ok((r, ar))
+}
+
+/// Routes that need no credentials.
+pub(super) fn open() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(g): G| async move {
+                if g.health.is_ready() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|State(g): G| async move { g.metrics.encode() }),
+        )
+        .route(
+            "/openapi.json",
+            get(|| async { Json(super::openapi::document()) }),
+        )
+        .route("/", get(|| async { Html(super::dashboard::INDEX) }))
+        .route("/dashboard/{file}", get(super::dashboard::asset))
+        .route(
+            "/api/v1/auth/config",
+            get(|State(g): G| async move { Json(g.auth_config.clone()) }),
+        )
+}
+
+/// Routes that need credentials.
+pub(super) fn api() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/api/v1/whoami", get(whoami))
+        .route("/api/v1/queue", get(queue))
+        .route("/api/v1/templates", get(templates))
+        .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/nodes/{name}", get(node))
+        .route(
+            "/api/v1/nodes/{name}/maintenance",
+            post(start_maintenance).delete(end_maintenance),
+        )
+        .route("/api/v1/tenants", get(tenants))
+        .route("/api/v1/tenants/{name}", get(tenant))
+        .route("/api/v1/tenants/{name}/invoices", get(invoices))
+        .route("/api/v1/apikeys", get(list_keys).post(create_key))
+        .route("/api/v1/apikeys/{id}", axum::routing::delete(revoke_key))
+        .route(
+            "/api/v1/namespaces/{namespace}/templates/{template}/jobs",
+            post(from_template),
+        )
+        .route("/api/v1/namespaces/{namespace}/jobs/{name}/logs", get(logs))
+        .route(
+            "/api/v1/namespaces/{namespace}/{resource}",
+            get(list_in).post(create),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/{resource}/{name}",
+            get(read).delete(remove),
+        )
+        .route("/api/v1/{resource}", get(list_all))
+}
+
+async fn whoami(State(g): G, Extension(id): Extension<Identity>) -> Json<WhoAmI> {
+    let tenants = g.visible_tenants(&id).await;
+    Json(WhoAmI::of(&id, tenants))
+}
+
+/// `limit` and `continue` of a list.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListQuery {
+    namespace: Option<String>,
+    limit: Option<String>,
+    #[serde(rename = "continue")]
+    next: Option<String>,
+}
+
+fn limit_of(q: &ListQuery) -> Answer<u32> {
+    match q.limit.as_deref() {
+        None => Ok(100),
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=500).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid("limit must be a whole number from 1 to 500").field("limit")
+            }),
+    }
+}
+
+/// A Kubernetes object name as a path segment: lowercase letters, digits, `-` and `.`, starting
+/// and ending with a letter or digit, at most 253 characters.
+pub fn check_name(field: &str, value: &str) -> Answer<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "{field} must be a Kubernetes name (lowercase letters, digits, '-' and '.'), not {value:?}"
+        ))
+        .field(field))
+    }
+}
+
+fn check_namespace(id: &Identity, namespace: &str) -> Answer<()> {
+    check_name("namespace", namespace)?;
+    if namespace_allowed(id, namespace) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "key_scope",
+            format!("this API key is limited to another tenant's namespace, not {namespace}"),
+        ))
+    }
+}
+
+/// Where a multi-namespace list continues: the index of the namespace and the API server's
+/// own continue token within it.
+#[derive(Debug, serde::Serialize, Deserialize)]
+struct Cursor {
+    i: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    c: Option<String>,
+}
+
+fn decode_cursor(token: Option<&str>) -> Answer<Cursor> {
+    let Some(t) = token.filter(|t| !t.is_empty()) else {
+        return Ok(Cursor { i: 0, c: None });
+    };
+    URL_SAFE_NO_PAD
+        .decode(t)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            ApiError::invalid("continue is not a token this gateway gave").field("continue")
+        })
+}
+
+fn encode_cursor(c: &Cursor) -> Option<String> {
+    serde_json::to_vec(c)
+        .ok()
+        .map(|b| URL_SAFE_NO_PAD.encode(b))
+}
+
+/// The namespaces a list covers for `id`: the one asked for, every namespace (`None`) for an
+/// admin whose credential is not limited to a tenant, else its visible tenants' namespaces.
+async fn namespaces_for(
+    g: &Gateway,
+    id: &Identity,
+    asked: Option<&str>,
+) -> Answer<Option<Vec<String>>> {
+    if let Some(ns) = asked.filter(|n| !n.is_empty()) {
+        check_namespace(id, ns)?;
+        return Ok(Some(vec![ns.to_owned()]));
+    }
+    if id.admin && id.tenant.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        g.visible_tenants(id)
+            .await
+            .iter()
+            .map(|t| tenant_namespace(t))
+            .collect(),
+    ))
+}
+
+/// One page of objects of `ar` over `namespaces` (`None`: the whole cluster).
+async fn page_of(
+    client: &kube::Client,
+    ar: &ApiResource,
+    namespaces: Option<&[String]>,
+    limit: u32,
+    token: Option<&str>,
+) -> Answer<Page<Value>> {
+    let what = format!("list {}", ar.plural);
+    let Some(namespaces) = namespaces else {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+        let mut lp = ListParams::default().limit(limit);
+        if let Some(t) = token.filter(|t| !t.is_empty()) {
+            lp = lp.continue_token(t);
+        }
+        let list = api
+            .list(&lp)
+            .await
+            .map_err(|e| ApiError::from_kube(&what, &e))?;
+        return Ok(Page {
+            items: list.items.iter().map(to_value).collect(),
+            next: list.metadata.continue_.filter(|c| !c.is_empty()),
+        });
+    };
+    let mut cursor = decode_cursor(token)?;
+    let mut items = Vec::new();
+    while cursor.i < namespaces.len() {
+        let want = limit.saturating_sub(u32::try_from(items.len()).unwrap_or(u32::MAX));
+        if want == 0 {
+            return Ok(Page {
+                items,
+                next: encode_cursor(&cursor),
+            });
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespaces[cursor.i], ar);
+        let mut lp = ListParams::default().limit(want);
+        if let Some(c) = &cursor.c {
+            lp = lp.continue_token(c);
+        }
+        match api.list(&lp).await {
+            Ok(list) => {
+                items.extend(list.items.iter().map(to_value));
+                match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(c) => cursor.c = Some(c),
+                    None => {
+                        cursor.i += 1;
+                        cursor.c = None;
+                    }
+                }
+            }
+            // A namespace the caller may not list (RBAC said no) is skipped, not an error.
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                cursor.i += 1;
+                cursor.c = None;
+            }
+            Err(e) => return Err(ApiError::from_kube(&what, &e)),
+        }
+    }
+    Ok(Page { items, next: None })
+}
+
+fn to_value(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
+async fn list_all(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(res): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Answer<Json<Page<Value>>> {
+    let (_, ar) = resource(&res)?;
+    let limit = limit_of(&q)?;
+    let client = g.client_for(&id)?;
+    let namespaces = namespaces_for(&g, &id, q.namespace.as_deref()).await?;
+    page_of(
+        &client,
+        &ar,
+        namespaces.as_deref(),
+        limit,
+        q.next.as_deref(),
+    )
+    .await
+    .map(Json)
+}
+
+async fn list_in(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, res)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
+) -> Answer<Json<Page<Value>>> {
+    let (_, ar) = resource(&res)?;
+    let limit = limit_of(&q)?;
+    check_namespace(&id, &namespace)?;
+    let client = g.client_for(&id)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &ar);
+    let mut lp = ListParams::default().limit(limit);
+    if let Some(t) = q.next.as_deref().filter(|t| !t.is_empty()) {
+        lp = lp.continue_token(t);
+    }
+    let list = api
+        .list(&lp)
+        .await
+        .map_err(|e| ApiError::from_kube(&format!("list {} in {namespace}", ar.plural), &e))?;
+    Ok(Json(Page {
+        items: list.items.iter().map(to_value).collect(),
+        next: list.metadata.continue_.filter(|c| !c.is_empty()),
+    }))
+}
+
+async fn read(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, res, name)): Path<(String, String, String)>,
+) -> Answer<Json<Value>> {
+    check_name("name", &name)?;
+    let (r, ar) = resource(&res)?;
+    check_namespace(&id, &namespace)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(g.client_for(&id)?, &namespace, &ar);
+    api.get(&name)
+        .await
+        .map(|o| Json(to_value(&o)))
+        .map_err(|e| ApiError::from_kube(&format!("read {} {namespace}/{name}", r.kind), &e))
+}
+
+async fn remove(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, res, name)): Path<(String, String, String)>,
+) -> Answer<StatusCode> {
+    check_name("name", &name)?;
+    let (r, ar) = resource(&res)?;
+    check_namespace(&id, &namespace)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(g.client_for(&id)?, &namespace, &ar);
+    api.delete(&name, &DeleteParams::background())
+        .await
+        .map(|_| StatusCode::NO_CONTENT)
+        .map_err(|e| ApiError::from_kube(&format!("delete {} {namespace}/{name}", r.kind), &e))
+}
+
+/// Checks a submitted object against its kind's schema (the field at fault named), fills in
+/// its apiVersion, kind and namespace.
+fn admit_body(g: &Gateway, r: Resource, namespace: &str, mut body: Value) -> Answer<Value> {
+    let Some(obj) = body.as_object_mut() else {
+        return Err(ApiError::invalid("the body must be a JSON object"));
+    };
+    let api_version = format!("{}/{}", gryvia_types::GROUP, gryvia_types::VERSION);
+    for (field, want) in [("apiVersion", api_version.as_str()), ("kind", r.kind)] {
+        match obj.get(field) {
+            None => {
+                obj.insert(field.to_owned(), Value::from(want));
+            }
+            Some(v) if v == want => {}
+            Some(_) => {
+                return Err(
+                    ApiError::invalid(format!("{field} must be {want:?} here")).field(field)
+                );
+            }
+        }
+    }
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(ApiError::invalid("metadata must be an object").field("metadata"));
+    };
+    match meta.get("namespace") {
+        None => {
+            meta.insert("namespace".to_owned(), Value::from(namespace));
+        }
+        Some(v) if v == namespace => {}
+        Some(_) => {
+            return Err(ApiError::invalid(format!(
+                "metadata.namespace must be {namespace:?} (the namespace of the path)"
+            ))
+            .field("metadata.namespace"));
+        }
+    }
+    if !meta.contains_key("name") && !meta.contains_key("generateName") {
+        return Err(ApiError::invalid("metadata.name is required").field("metadata.name"));
+    }
+    if let Err(errors) = g.validator.validate(&body) {
+        let first = errors.errors.first();
+        let mut e = ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid",
+            errors.to_string(),
+        );
+        e.field = first.map(|f| f.path.clone()).filter(|p| !p.is_empty());
+        return Err(e);
+    }
+    Ok(body)
+}
+
+async fn create(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, res)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Answer<(StatusCode, Json<Value>)> {
+    let (r, ar) = resource(&res)?;
+    check_namespace(&id, &namespace)?;
+    let Some(Json(body)) = body else {
+        return Err(ApiError::invalid(
+            "the body must be a JSON object (Content-Type: application/json)",
+        ));
+    };
+    let body = admit_body(&g, r, &namespace, body)?;
+    let obj: DynamicObject = serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid(format!("the body is not an object: {e}")))?;
+    let api: Api<DynamicObject> = Api::namespaced_with(g.client_for(&id)?, &namespace, &ar);
+    api.create(
+        &PostParams {
+            field_manager: Some("gryvia-gateway".to_owned()),
+            ..PostParams::default()
+        },
+        &obj,
+    )
+    .await
+    .map(|o| (StatusCode::CREATED, Json(to_value(&o))))
+    .map_err(|e| ApiError::from_kube(&format!("create {} in {namespace}", r.kind), &e))
+}
+
+async fn from_template(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, template)): Path<(String, String)>,
+    body: Option<Json<FromTemplate>>,
+) -> Answer<(StatusCode, Json<GryviaAIJob>)> {
+    check_name("template", &template)?;
+    check_namespace(&id, &namespace)?;
+    let req = body.map(|Json(b)| b).unwrap_or_default();
+    let client = g.client_for(&id)?;
+    let job = crate::ops::jobs::render_template(
+        &client,
+        &template,
+        req.name.as_deref(),
+        &namespace,
+        &req.params,
+    )
+    .await
+    .map_err(|e| match &e {
+        crate::Error::Invalid(m) if m.ends_with("does not exist") => ApiError::not_found(m.clone()),
+        _ => ApiError::from_client("render the template", &e),
+    })?;
+    crate::ops::jobs::submit(&client, &job)
+        .await
+        .map(|j| (StatusCode::CREATED, Json(j)))
+        .map_err(|e| ApiError::from_client("submit the job", &e))
+}
+
+/// `tail` of the logs.
+#[derive(Debug, Deserialize)]
+pub(super) struct LogQuery {
+    tail: Option<String>,
+}
+
+async fn logs(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(q): Query<LogQuery>,
+) -> Answer<Json<JobLogs>> {
+    check_name("name", &name)?;
+    check_namespace(&id, &namespace)?;
+    let tail = match q.tail.as_deref() {
+        None => None,
+        Some(t) => Some(
+            t.parse::<i64>()
+                .ok()
+                .filter(|n| (1..=100_000).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid("tail must be a whole number from 1 to 100000").field("tail")
+                })?,
+        ),
+    };
+    let client = g.client_for(&id)?;
+    crate::ops::jobs::get(&client, &namespace, &name)
+        .await
+        .map_err(|e| ApiError::from_client("read the job", &e))?
+        .ok_or_else(|| ApiError::not_found(format!("job {namespace}/{name} not found")))?;
+    let pods = crate::ops::jobs::pods_of(&client, &namespace, &name)
+        .await
+        .map_err(|e| ApiError::from_client("list the job's pods", &e))?;
+    let api: Api<Pod> = Api::namespaced(client, &namespace);
+    let params = LogParams {
+        container: Some(gryvia_reconcile::aijob::WORKER.to_owned()),
+        tail_lines: tail,
+        ..LogParams::default()
+    };
+    let mut workers = std::collections::BTreeMap::new();
+    for p in gryvia_reconcile::aijob::newest_attempts(pods, None) {
+        let pod = p.name_any();
+        let text = match api.logs(&pod, &params).await {
+            Ok(t) => t,
+            // A worker that has not started has no log yet.
+            Err(kube::Error::Api(s)) if s.code == 400 => String::new(),
+            Err(e) => return Err(ApiError::from_kube(&format!("logs of {pod}"), &e)),
+        };
+        workers.insert(pod, text);
+    }
+    Ok(Json(JobLogs { workers }))
+}
+
+async fn queue(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Query(q): Query<ListQuery>,
+) -> Answer<Json<Page<Waiting>>> {
+    let client = g.client_for(&id)?;
+    let mut jobs = Vec::new();
+    match namespaces_for(&g, &id, q.namespace.as_deref()).await? {
+        None => {
+            jobs = crate::ops::jobs::pending(&client, None)
+                .await
+                .map_err(|e| ApiError::from_client("list waiting jobs", &e))?;
+        }
+        Some(namespaces) => {
+            for ns in &namespaces {
+                match crate::ops::jobs::pending(&client, Some(ns)).await {
+                    Ok(mut j) => jobs.append(&mut j),
+                    Err(crate::Error::Api {
+                        source: kube::Error::Api(s),
+                        ..
+                    }) if s.code == 403 => {}
+                    Err(e) => return Err(ApiError::from_client("list waiting jobs", &e)),
+                }
+            }
+        }
+    }
+    Ok(Json(Page {
+        items: jobs.iter().map(gryvia_reconcile::queue::waiting).collect(),
+        next: None,
+    }))
+}
+
+async fn templates(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+) -> Answer<Json<Page<GryviaTemplate>>> {
+    let list = Api::<GryviaTemplate>::all(g.client_for(&id)?)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube("list templates", &e))?;
+    Ok(Json(Page {
+        items: list.items,
+        next: None,
+    }))
+}
+
+async fn nodes(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+) -> Answer<Json<Page<GryviaGpuNode>>> {
+    let list = Api::<GryviaGpuNode>::all(g.client_for(&id)?)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube("list GPU nodes", &e))?;
+    Ok(Json(Page {
+        items: list.items,
+        next: None,
+    }))
+}
+
+async fn node(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(name): Path<String>,
+) -> Answer<Json<GryviaGpuNode>> {
+    check_name("name", &name)?;
+    Api::<GryviaGpuNode>::all(g.client_for(&id)?)
+        .get(&name)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from_kube(&format!("read GPU node {name}"), &e))
+}
+
+async fn start_maintenance(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(name): Path<String>,
+    body: Option<Json<MaintenanceRequest>>,
+) -> Answer<Json<MaintenanceResult>> {
+    check_name("name", &name)?;
+    let Some(Json(req)) = body else {
+        return Err(ApiError::invalid("the body must be {\"reason\": \"...\"}").field("reason"));
+    };
+    if req.reason.trim().is_empty() || req.reason.len() > 256 {
+        return Err(ApiError::invalid("reason must be 1 to 256 characters").field("reason"));
+    }
+    let changed = crate::ops::nodes::start_maintenance(&g.client_for(&id)?, &name, &req.reason)
+        .await
+        .map_err(|e| ApiError::from_client(&format!("start maintenance of {name}"), &e))?;
+    Ok(Json(MaintenanceResult {
+        node: name,
+        in_maintenance: true,
+        changed,
+    }))
+}
+
+async fn end_maintenance(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(name): Path<String>,
+) -> Answer<Json<MaintenanceResult>> {
+    check_name("name", &name)?;
+    let done = crate::ops::nodes::end_maintenance(&g.client_for(&id)?, &name)
+        .await
+        .map_err(|e| ApiError::from_client(&format!("end maintenance of {name}"), &e))?;
+    Ok(Json(MaintenanceResult {
+        node: name,
+        in_maintenance: false,
+        changed: !done.is_empty(),
+    }))
+}
+
+async fn tenants(State(g): G, Extension(id): Extension<Identity>) -> Json<Page<GryviaTenant>> {
+    let visible = g.visible_tenants(&id).await;
+    let mut items: Vec<GryviaTenant> = g
+        .tenants
+        .state()
+        .iter()
+        .filter(|t| visible.contains(&t.name_any()))
+        .map(|t| (**t).clone())
+        .collect();
+    items.sort_by_key(kube::ResourceExt::name_any);
+    Json(Page { items, next: None })
+}
+
+/// The tenant `name` when `id` may see it (RBAC confirmed), else 404.
+async fn visible_tenant(g: &Gateway, id: &Identity, name: &str) -> Answer<GryviaTenant> {
+    let not_found = || ApiError::not_found(format!("no tenant {name:?} visible to you"));
+    if !g.visible_tenants(id).await.iter().any(|t| t == name) {
+        return Err(not_found());
+    }
+    g.tenants
+        .state()
+        .iter()
+        .find(|t| t.name_any() == name)
+        .map(|t| (**t).clone())
+        .ok_or_else(not_found)
+}
+
+/// A tenant, its budgets and its spend this month. Read with the gateway's own identity after
+/// RBAC confirmed the caller's access to the tenant.
+async fn tenant(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(name): Path<String>,
+) -> Answer<Json<TenantDetail>> {
+    check_name("name", &name)?;
+    let tenant = visible_tenant(&g, &id, &name).await?;
+    let budgets = crate::ops::tenants::budgets_of(&g.base, &name)
+        .await
+        .map_err(|e| ApiError::from_client("list budgets", &e))?;
+    let records = Api::<GryviaUsageRecord>::all(g.base.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube("list usage records", &e))?
+        .items;
+    let skus = Api::<GryviaGpuSku>::all(g.base.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube("list GPU SKUs", &e))?
+        .items;
+    let cost = gryvia_reconcile::invoice::cost_of(
+        &name,
+        PeriodType::Monthly,
+        &records,
+        &skus,
+        jiff::Timestamp::now(),
+    );
+    Ok(Json(TenantDetail {
+        tenant,
+        budgets,
+        cost,
+    }))
+}
+
+/// The tenant's invoices, newest period first (the gateway's own identity, after RBAC
+/// confirmed the caller's access to the tenant).
+async fn invoices(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(name): Path<String>,
+) -> Answer<Json<Page<GryviaInvoice>>> {
+    check_name("name", &name)?;
+    visible_tenant(&g, &id, &name).await?;
+    let mut items: Vec<GryviaInvoice> = Api::<GryviaInvoice>::all(g.base.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube("list invoices", &e))?
+        .items
+        .into_iter()
+        .filter(|i| i.spec.tenant == name)
+        .collect();
+    items.sort_by(|a, b| b.spec.period_start.cmp(&a.spec.period_start));
+    Ok(Json(Page { items, next: None }))
+}
+
+async fn list_keys(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+) -> Answer<Json<Page<ApiKeyView>>> {
+    let only = (!id.admin).then_some(id.user.as_str());
+    let keys = super::apikeys::list(&g.base, g.keys.namespace(), only)
+        .await
+        .map_err(|e| ApiError::from_client("list API keys", &e))?;
+    Ok(Json(Page {
+        items: keys.iter().map(ApiKeyView::from).collect(),
+        next: None,
+    }))
+}
+
+/// Creates an API key acting as the caller (an OIDC login; a key cannot make keys), limited
+/// to a tenant the caller may see when asked.
+async fn create_key(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    body: Option<Json<CreateApiKey>>,
+) -> Answer<(StatusCode, Json<CreatedApiKey>)> {
+    if id.via != Via::Oidc {
+        return Err(ApiError::forbidden(
+            "API keys are created from an OIDC login, not with another API key",
+        ));
+    }
+    let Some(Json(req)) = body else {
+        return Err(ApiError::invalid("the body must be a JSON object with a name").field("name"));
+    };
+    if req.name.trim().is_empty() || req.name.len() > 63 {
+        return Err(ApiError::invalid("name must be 1 to 63 characters").field("name"));
+    }
+    let days = req.expires_in_days.unwrap_or(90);
+    if !(1..=365).contains(&days) {
+        return Err(ApiError::invalid("expiresInDays must be from 1 to 365").field("expiresInDays"));
+    }
+    if let Some(t) = &req.tenant
+        && !g.visible_tenants(&id).await.contains(t)
+    {
+        return Err(ApiError::not_found(format!("no tenant {t:?} visible to you")).field("tenant"));
+    }
+    let now = jiff::Timestamp::now();
+    let new = super::apikeys::NewKey {
+        name: req.name,
+        user: id.user.clone(),
+        groups: id.groups.clone(),
+        tenant: req.tenant,
+        scope: req.scope,
+        expires: Some(now + jiff::SignedDuration::from_hours(24 * i64::from(days))),
+    };
+    let (record, key) = super::apikeys::create(&g.base, g.keys.namespace(), &new, now)
+        .await
+        .map_err(|e| ApiError::from_client("create the API key", &e))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedApiKey {
+            key,
+            record: ApiKeyView::from(&record),
+        }),
+    ))
+}
+
+async fn revoke_key(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Path(key_id): Path<String>,
+) -> Answer<StatusCode> {
+    check_name("id", &key_id)?;
+    let keys = super::apikeys::list(&g.base, g.keys.namespace(), None)
+        .await
+        .map_err(|e| ApiError::from_client("list API keys", &e))?;
+    let mine = keys
+        .iter()
+        .any(|k| k.id == key_id && (id.admin || k.user == id.user));
+    if !mine {
+        return Err(ApiError::not_found(format!(
+            "no API key {key_id:?} of yours"
+        )));
+    }
+    super::apikeys::revoke(&g.base, g.keys.namespace(), &key_id)
+        .await
+        .map_err(|e| ApiError::from_client("revoke the API key", &e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_foreign_tokens_are_invalid_naming_continue() {
+        let c = Cursor {
+            i: 3,
+            c: Some("abc".into()),
+        };
+        let t = encode_cursor(&c);
+        let back = decode_cursor(t.as_deref()).ok();
+        assert_eq!(back.map(|b| (b.i, b.c)), Some((3, Some("abc".to_owned()))));
+        let bad = decode_cursor(Some("%%%")).err();
+        assert_eq!(bad.and_then(|e| e.field), Some("continue".to_owned()));
+    }
+
+    #[test]
+    fn limits_outside_1_to_500_name_the_field() {
+        let q = |l: &str| ListQuery {
+            limit: Some(l.to_owned()),
+            ..ListQuery::default()
+        };
+        assert_eq!(limit_of(&ListQuery::default()).ok(), Some(100));
+        assert_eq!(limit_of(&q("500")).ok(), Some(500));
+        for bad in ["0", "501", "-1", "x"] {
+            assert_eq!(
+                limit_of(&q(bad)).err().and_then(|e| e.field),
+                Some("limit".to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_resources_are_not_found() {
+        assert!(resource("jobs").is_ok());
+        assert_eq!(resource("secrets").err().map(|e| e.status), Some(404));
+    }
+}
