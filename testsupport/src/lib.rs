@@ -15,6 +15,8 @@
 //!
 //! This crate is a dev-dependency only; it is not part of the product.
 
+pub mod dex;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

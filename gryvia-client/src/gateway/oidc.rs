@@ -124,6 +124,7 @@ impl OidcVerifier {
     /// A one-line reason when the issuer cannot be reached, its discovery document names
     /// another issuer, or its JWKS has no usable key.
     pub async fn discover(config: OidcConfig) -> Result<Self, String> {
+        check_issuer_url(&config.issuer)?;
         let http = bytes_body::client(config.ca_file.as_deref())?;
         let base = config.issuer.trim_end_matches('/');
         let url = format!("{base}/.well-known/openid-configuration");
@@ -248,6 +249,27 @@ impl OidcVerifier {
             .get(kid)
             .cloned()
             .ok_or_else(|| TokenError::UnknownKey(kid.to_owned()))
+    }
+}
+
+/// An issuer must be `https://`, except on the loopback interface (a local test issuer).
+///
+/// # Errors
+/// A one-line reason naming `OIDC_ISSUER_URL`.
+pub fn check_issuer_url(issuer: &str) -> Result<(), String> {
+    let uri: http::Uri = issuer
+        .parse()
+        .map_err(|e| format!("OIDC_ISSUER_URL {issuer:?} is not a URL: {e}"))?;
+    let loopback = matches!(
+        uri.host(),
+        Some("127.0.0.1" | "localhost" | "[::1]" | "::1")
+    );
+    match uri.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if loopback => Ok(()),
+        _ => Err(format!(
+            "OIDC_ISSUER_URL {issuer:?} must be an https:// URL (http only on the loopback interface)"
+        )),
     }
 }
 
@@ -455,6 +477,14 @@ mod tests {
             "HMAC keys and keys without a kid are skipped"
         );
         assert!(keys_of(serde_json::json!({"nokeys": 1})).is_err());
+    }
+
+    #[test]
+    fn issuers_are_https_or_local() {
+        assert!(check_issuer_url("https://dex.example/dex").is_ok());
+        assert!(check_issuer_url("http://127.0.0.1:5556/dex").is_ok());
+        assert!(check_issuer_url("http://dex.example/dex").is_err());
+        assert!(check_issuer_url("dex").is_err());
     }
 
     #[test]
