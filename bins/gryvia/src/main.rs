@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+mod apikey;
 mod billing;
 mod health;
 mod jobs;
@@ -146,6 +147,9 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
     },
+    /// API keys of the gateway: create (shown once), list, revoke.
+    #[command(subcommand)]
+    Apikey(apikey::ApiKeyCommand),
     /// Tenants' invoices (priced by the quota-operator's `--invoices`).
     #[command(subcommand)]
     Invoice(billing::InvoiceCommand),
@@ -318,6 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => block_on(jobs::queue(namespace, all_namespaces, output)),
         Command::Capacity { nodes, output } => block_on(jobs::capacity(output, nodes)),
         Command::Invoice(cmd) => block_on(billing::run(cmd)),
+        Command::Apikey(cmd) => block_on(apikey::run(cmd)),
         Command::Tune(cmd) => block_on(tune::run(cmd)),
         Command::Model(cmd) => block_on(serve::run_model(cmd)),
         Command::Serve(cmd) => block_on(serve::run_serve(cmd)),
