@@ -78,3 +78,137 @@ def ai_operator(client, kubeconfig, namespace):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+# -- the gateway (bins/gryvia-gateway) with Dex (testenv/up --with-dex) -----------------------
+
+def _state_dir():
+    kc = os.environ.get("GRYVIA_TESTENV_KUBECONFIG")
+    if kc:
+        return pathlib.Path(kc).parent
+    return pathlib.Path(os.environ.get("GRYVIA_TESTENV_DIR", "/tmp/gryvia-testenv"))
+
+
+class Dex:
+    """The testenv Dex: its issuer and CA, and ID tokens by the password grant."""
+
+    def __init__(self, issuer, ca):
+        self.issuer = issuer
+        self.ca = str(ca)
+
+    def token(self, user, client="gryvia", secret="gryvia-testenv-secret"):
+        import base64
+        import json
+        import ssl
+        import urllib.parse
+        import urllib.request
+        body = urllib.parse.urlencode({
+            "grant_type": "password", "username": user, "password": "password",
+            "scope": "openid email groups profile"}).encode()
+        auth = base64.b64encode(f"{client}:{secret}".encode()).decode()
+        req = urllib.request.Request(self.issuer + "/token", data=body,
+                                     headers={"Authorization": f"Basic {auth}"})
+        ctx = ssl.create_default_context(cafile=self.ca)
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return json.loads(resp.read())["id_token"]
+
+
+@pytest.fixture(scope="session")
+def dex(kubeconfig):
+    state = _state_dir()
+    issuer = None
+    try:
+        for line in (state / "dex" / "config.yaml").read_text().splitlines():
+            if line.startswith("issuer: "):
+                issuer = line.split(": ", 1)[1].strip()
+    except OSError:
+        pass
+    if issuer is None:
+        if os.environ.get("GRYVIA_E2E") in ("1", "true"):
+            pytest.fail("GRYVIA_E2E=1 but Dex is not running: testenv/up --with-dex")
+        pytest.skip("no Dex (testenv/up --with-dex)")
+    return Dex(issuer, state / "pki" / "ca.crt")
+
+
+def _kubectl(kubeconfig, *args, stdin=None):
+    bindir = subprocess.run([str(ROOT / "testenv" / "build"), "--print-bin-dir"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    return subprocess.run([os.path.join(bindir, "kubectl"), "--kubeconfig", kubeconfig, *args],
+                          input=stdin, check=True, capture_output=True, text=True)
+
+
+class GatewayEnv:
+    """Two tenants (a: the group team-a; b: bob by name) with namespaces and member
+    RoleBindings as the quota-operator's --tenant-rbac makes them, and the gateway binary."""
+
+    def __init__(self, url, dex, tenant_a, tenant_b):
+        self.url = url
+        self.dex = dex
+        self.a = tenant_a
+        self.b = tenant_b
+
+
+@pytest.fixture(scope="session")
+def gateway(client, kubeconfig, dex):
+    import json
+    _kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f",
+             str(ROOT / "deploy" / "user-roles.yaml"))
+    suffix = secrets.token_hex(3)
+    tenants = {"a": f"pygwa-{suffix}", "b": f"pygwb-{suffix}"}
+    members = {
+        "a": [{"kind": "Group", "username": "team-a", "role": "member"}],
+        "b": [{"username": "bob@example.com", "role": "member"}],
+    }
+    subjects = {
+        "a": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "team-a"}],
+        "b": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "bob@example.com"}],
+    }
+    for key, name in tenants.items():
+        client.create({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant",
+                       "metadata": {"name": name},
+                       "spec": {"displayName": f"Tenant {name}", "members": members[key]}})
+        ns = f"tenant-{name}"
+        client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        _kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "gryvia-tenant-edit", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": subjects[key]}))
+    keys_ns = f"e2e-pygw-{suffix}"
+    client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": keys_ns}})
+    binary = ROOT / "target" / "debug" / "gryvia-gateway"
+    if not binary.exists():
+        subprocess.run(["cargo", "build", "-p", "gryvia-gateway"], cwd=ROOT, check=True)
+    port = _free_port()
+    log = open(ROOT / "target" / "pytest-gateway.log", "w")
+    env = dict(os.environ, KUBECONFIG=kubeconfig, RUST_LOG="info")
+    proc = subprocess.Popen(
+        [str(binary), "--listen", f"127.0.0.1:{port}", "--oidc-enabled",
+         "--oidc-issuer-url", dex.issuer, "--oidc-client-id", "gryvia-dashboard",
+         "--oidc-audience", "gryvia-dashboard,gryvia", "--oidc-ca-file", dex.ca,
+         "--oidc-admin-groups", "gryvia-admins", "--keys-namespace", keys_ns,
+         "--rate-limit", "2000", "--rate-burst", "4000"],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    import urllib.request
+    for _ in range(200):
+        assert proc.poll() is None, f"the gateway exited; see {log.name}"
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        pytest.fail(f"the gateway did not become ready; see {log.name}")
+    yield GatewayEnv(url, dex, tenants["a"], tenants["b"])
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    for name in tenants.values():
+        client.delete("GryviaTenant", name)
+        client.delete("Namespace", f"tenant-{name}", api_version="v1")
+    client.delete("Namespace", keys_ns, api_version="v1")

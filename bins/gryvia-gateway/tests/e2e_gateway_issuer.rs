@@ -85,10 +85,6 @@ async fn issuer(jwks: Arc<Mutex<Value>>) -> String {
 }
 
 #[tokio::test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "one end-to-end scenario, read top to bottom"
-)]
 async fn expired_foreign_and_premature_tokens_are_refused_rotation_is_followed_and_rates_limited() {
     let Some(client) = gryvia_testsupport::client().await else {
         return;

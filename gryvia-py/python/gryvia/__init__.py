@@ -6,9 +6,11 @@ operators run (GPU health and drains, tenants and quotas, template rendering, ad
 decisions, the AI job controller's plan, reservation windows, cron schedules, the tuner's
 next trial), and a
 Kubernetes client, blocking (``Client``) and asyncio (``AsyncClient``). Everything calls into
-Gryvia's Rust libraries.
+Gryvia's Rust libraries, except ``GatewayClient`` and ``AsyncGatewayClient``: REST clients of
+the Gryvia gateway (``gryvia.gateway``) for users without access to the cluster.
 """
 
+from .gateway import AsyncGatewayClient, GatewayClient, GatewayError
 from ._gryvia import (
     ApiError,
     AsyncClient,
@@ -53,6 +55,9 @@ from ._gryvia import (
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "AsyncGatewayClient",
+    "GatewayClient",
+    "GatewayError",
     "Client",
     "ConflictError",
     "GryviaError",
