@@ -153,6 +153,14 @@ def gateway(client, kubeconfig, dex):
     import json
     _kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f",
              str(ROOT / "deploy" / "user-roles.yaml"))
+    # The chart's binding of the admin group (deploy/gateway/rbac.yaml, gryvia-platform-admins).
+    _kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gryvia-platform-admins"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "gryvia-platform-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": "gryvia-admins"}]}))
     suffix = secrets.token_hex(3)
     tenants = {"a": f"pygwa-{suffix}", "b": f"pygwb-{suffix}"}
     members = {
