@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ApiError {
     /// Stable, machine-readable: `unauthenticated`, `forbidden`, `key_scope`, `not_found`,
-    /// `invalid`, `conflict`, `rate_limited`, `upstream`, `unavailable`.
+    /// `method_not_allowed`, `invalid`, `too_large`, `conflict`, `rate_limited`, `upstream`.
     pub code: String,
     /// What went wrong, for people.
     pub message: String,

@@ -397,12 +397,12 @@ fn operation(o: &Op) -> Value {
         None => json!({"description": "Done"}),
     };
     responses.insert(o.ok.0.to_string(), ok);
-    let mut codes = vec!["400", "404", "502"];
+    let mut codes = vec!["400", "404", "405", "502"];
     if !o.open {
         codes.extend(["401", "403", "429"]);
     }
     if o.method == "post" {
-        codes.extend(["409", "422"]);
+        codes.extend(["409", "413", "415", "422"]);
     }
     for c in codes {
         responses.insert(c.to_owned(), error.clone());

@@ -250,7 +250,7 @@ async fn namespaces_for(
     id: &Identity,
     asked: Option<&str>,
 ) -> Answer<Option<Vec<String>>> {
-    if let Some(ns) = asked.filter(|n| !n.is_empty()) {
+    if let Some(ns) = asked {
         check_namespace(id, ns)?;
         return Ok(Some(vec![ns.to_owned()]));
     }

@@ -436,6 +436,38 @@ async fn measured(State(g): State<Arc<Gateway>>, req: Request, next: Next) -> Re
     resp
 }
 
+/// Answers that the framework made itself (a query string, path or body it could not read, a
+/// method a route does not take) as JSON errors like every other: code `invalid` (400, 415,
+/// 422), `method_not_allowed` (405), `not_found` (404), `too_large` (413).
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return resp;
+    }
+    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&body).trim().to_owned();
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        _ => "invalid",
+    };
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        message
+    };
+    ApiError::new(status, code, message).into_response()
+}
+
 /// The gateway's routes: the authenticated API under `/api/v1`, and the open ones (health,
 /// metrics, the OpenAPI document, the dashboard, the login configuration).
 pub fn router(g: Arc<Gateway>) -> Router {
@@ -447,6 +479,7 @@ pub fn router(g: Arc<Gateway>) -> Router {
         .merge(api)
         .fallback(|| async { ApiError::not_found("no such route") })
         .route_layer(middleware::from_fn_with_state(Arc::clone(&g), measured))
+        .layer(middleware::from_fn(json_errors))
         .with_state(g)
 }
 
