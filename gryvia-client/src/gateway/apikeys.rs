@@ -228,6 +228,9 @@ pub struct KeyStore {
     namespace: String,
     store: Store<Secret>,
     verified: Mutex<HashMap<String, ([u8; 32], String)>>,
+    /// One argon2 check at a time per key id: concurrent first uses of a key wait for it
+    /// instead of each running argon2 (a thundering herd that starved the blocking pool).
+    checking: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for KeyStore {
@@ -270,7 +273,17 @@ impl KeyStore {
             namespace: namespace.to_owned(),
             store,
             verified: Mutex::new(HashMap::new()),
+            checking: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether this digest of key `id` already passed argon2 at this Secret version.
+    fn known(&self, id: &str, digest: &[u8; 32], version: &str) -> bool {
+        self.verified
+            .lock()
+            .ok()
+            .and_then(|v| v.get(id).cloned())
+            .is_some_and(|(d, v)| &d == digest && v == version)
     }
 
     /// The namespace of the keys.
@@ -292,13 +305,19 @@ impl KeyStore {
             record_of(&secret).ok_or_else(|| KeyAuthError::Unknown(token.id.clone()))?;
         let version = secret.resource_version().unwrap_or_default();
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        let known = self
-            .verified
+        if self.known(&token.id, &digest, &version) {
+            return Ok(record);
+        }
+        let gate = self
+            .checking
             .lock()
             .ok()
-            .and_then(|v| v.get(&token.id).cloned())
-            .is_some_and(|(d, v)| d == digest && v == version);
-        if !known {
+            .map(|mut c| std::sync::Arc::clone(c.entry(token.id.clone()).or_default()));
+        let _turn = match &gate {
+            Some(g) => Some(g.lock().await),
+            None => None,
+        };
+        if !self.known(&token.id, &digest, &version) {
             let secret_part = token.secret.clone();
             let ok = tokio::task::spawn_blocking(move || verify_secret(&secret_part, &hash))
                 .await

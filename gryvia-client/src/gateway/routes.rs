@@ -19,6 +19,7 @@ use gryvia_types::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -76,20 +77,24 @@ pub const RESOURCES: [Resource; 6] = [
     },
 ];
 
+/// The API resource of a served kind.
+pub fn api_resource(r: Resource) -> ApiResource {
+    ApiResource {
+        group: gryvia_types::GROUP.to_owned(),
+        version: gryvia_types::VERSION.to_owned(),
+        api_version: format!("{}/{}", gryvia_types::GROUP, gryvia_types::VERSION),
+        kind: r.kind.to_owned(),
+        plural: r.plural.to_owned(),
+    }
+}
+
 fn resource(path: &str) -> Answer<(Resource, ApiResource)> {
     let r = RESOURCES
         .iter()
         .find(|r| r.path == path)
         .copied()
         .ok_or_else(|| ApiError::not_found(format!("no resource {path:?}")))?;
-    let ar = ApiResource {
-        group: gryvia_types::GROUP.to_owned(),
-        version: gryvia_types::VERSION.to_owned(),
-        api_version: format!("{}/{}", gryvia_types::GROUP, gryvia_types::VERSION),
-        kind: r.kind.to_owned(),
-        plural: r.plural.to_owned(),
-    };
-    Ok((r, ar))
+    Ok((r, api_resource(r)))
 }
 
 /// Routes that need no credentials.
@@ -215,23 +220,21 @@ fn check_namespace(id: &Identity, namespace: &str) -> Answer<()> {
     }
 }
 
-/// Where a multi-namespace list continues: the index of the namespace and the API server's
-/// own continue token within it.
+/// Where a list continues: after this (namespace, name).
 #[derive(Debug, serde::Serialize, Deserialize)]
 struct Cursor {
-    i: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    c: Option<String>,
+    after: (String, String),
 }
 
-fn decode_cursor(token: Option<&str>) -> Answer<Cursor> {
+fn decode_cursor(token: Option<&str>) -> Answer<Option<Cursor>> {
     let Some(t) = token.filter(|t| !t.is_empty()) else {
-        return Ok(Cursor { i: 0, c: None });
+        return Ok(None);
     };
     URL_SAFE_NO_PAD
         .decode(t)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
+        .map(Some)
         .ok_or_else(|| {
             ApiError::invalid("continue is not a token this gateway gave").field("continue")
         })
@@ -266,66 +269,77 @@ async fn namespaces_for(
     ))
 }
 
-/// One page of objects of `ar` over `namespaces` (`None`: the whole cluster).
+/// One page of `r`'s objects over `namespaces` (`None`: the whole cluster), answered from the
+/// gateway's watch cache after RBAC said, as the caller, that it may list them there: a
+/// namespace it may not list is left out (or, when it is the only one asked for, refused).
 async fn page_of(
-    client: &kube::Client,
-    ar: &ApiResource,
-    namespaces: Option<&[String]>,
+    g: &Gateway,
+    id: &Identity,
+    r: Resource,
+    namespaces: Option<Vec<String>>,
     limit: u32,
     token: Option<&str>,
 ) -> Answer<Page<Value>> {
-    let what = format!("list {}", ar.plural);
-    let Some(namespaces) = namespaces else {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-        let mut lp = ListParams::default().limit(limit);
-        if let Some(t) = token.filter(|t| !t.is_empty()) {
-            lp = lp.continue_token(t);
+    let after = decode_cursor(token)?.map(|c| c.after);
+    let allowed: Option<std::collections::BTreeSet<String>> = match namespaces {
+        None => {
+            if !g.may_list(id, None, r.plural).await {
+                return Err(ApiError::forbidden(format!(
+                    "{} may not list {} in every namespace",
+                    id.user, r.plural
+                )));
+            }
+            None
         }
-        let list = api
-            .list(&lp)
-            .await
-            .map_err(|e| ApiError::from_kube(&what, &e))?;
-        return Ok(Page {
-            items: list.items.iter().map(to_value).collect(),
-            next: list.metadata.continue_.filter(|c| !c.is_empty()),
-        });
-    };
-    let mut cursor = decode_cursor(token)?;
-    let mut items = Vec::new();
-    while cursor.i < namespaces.len() {
-        let want = limit.saturating_sub(u32::try_from(items.len()).unwrap_or(u32::MAX));
-        if want == 0 {
-            return Ok(Page {
-                items,
-                next: encode_cursor(&cursor),
-            });
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &namespaces[cursor.i], ar);
-        let mut lp = ListParams::default().limit(want);
-        if let Some(c) = &cursor.c {
-            lp = lp.continue_token(c);
-        }
-        match api.list(&lp).await {
-            Ok(list) => {
-                items.extend(list.items.iter().map(to_value));
-                match list.metadata.continue_.filter(|c| !c.is_empty()) {
-                    Some(c) => cursor.c = Some(c),
-                    None => {
-                        cursor.i += 1;
-                        cursor.c = None;
-                    }
+        Some(list) => {
+            let single = list.len() == 1;
+            let mut ok = std::collections::BTreeSet::new();
+            for ns in list {
+                if g.may_list(id, Some(&ns), r.plural).await {
+                    ok.insert(ns);
+                } else if single {
+                    return Err(ApiError::forbidden(format!(
+                        "{} may not list {} in namespace {ns}",
+                        id.user, r.plural
+                    )));
                 }
             }
-            // A namespace the caller may not list (RBAC said no) is skipped, not an error.
-            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
-                cursor.i += 1;
-                cursor.c = None;
-            }
-            Err(e) => return Err(ApiError::from_kube(&what, &e)),
+            Some(ok)
         }
-    }
-    Ok(Page { items, next: None })
+    };
+    let Some(store) = g.caches.get(r.path) else {
+        return Err(ApiError::not_found(format!("no resource {:?}", r.path)));
+    };
+    let mut objects: Vec<(String, String, Arc<DynamicObject>)> = store
+        .state()
+        .into_iter()
+        .filter_map(|o| {
+            let ns = o.metadata.namespace.clone()?;
+            let name = o.metadata.name.clone()?;
+            allowed
+                .as_ref()
+                .is_none_or(|a| a.contains(&ns))
+                .then_some((ns, name, o))
+        })
+        .filter(|(ns, name, _)| {
+            after
+                .as_ref()
+                .is_none_or(|(a_ns, a_name)| (ns, name) > (a_ns, a_name))
+        })
+        .collect();
+    objects.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let next = (objects.len() > limit).then(|| {
+        let (ns, name, _) = &objects[limit - 1];
+        Cursor {
+            after: (ns.clone(), name.clone()),
+        }
+    });
+    objects.truncate(limit);
+    Ok(Page {
+        items: objects.iter().map(|(_, _, o)| to_value(o)).collect(),
+        next: next.as_ref().and_then(encode_cursor),
+    })
 }
 
 fn to_value(o: &DynamicObject) -> Value {
@@ -338,19 +352,12 @@ async fn list_all(
     Path(res): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<Value>>> {
-    let (_, ar) = resource(&res)?;
+    let (r, _) = resource(&res)?;
     let limit = limit_of(&q)?;
-    let client = g.client_for(&id)?;
     let namespaces = namespaces_for(&g, &id, q.namespace.as_deref()).await?;
-    page_of(
-        &client,
-        &ar,
-        namespaces.as_deref(),
-        limit,
-        q.next.as_deref(),
-    )
-    .await
-    .map(Json)
+    page_of(&g, &id, r, namespaces, limit, q.next.as_deref())
+        .await
+        .map(Json)
 }
 
 async fn list_in(
@@ -359,23 +366,12 @@ async fn list_in(
     Path((namespace, res)): Path<(String, String)>,
     Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<Value>>> {
-    let (_, ar) = resource(&res)?;
+    let (r, _) = resource(&res)?;
     let limit = limit_of(&q)?;
     check_namespace(&id, &namespace)?;
-    let client = g.client_for(&id)?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &ar);
-    let mut lp = ListParams::default().limit(limit);
-    if let Some(t) = q.next.as_deref().filter(|t| !t.is_empty()) {
-        lp = lp.continue_token(t);
-    }
-    let list = api
-        .list(&lp)
+    page_of(&g, &id, r, Some(vec![namespace]), limit, q.next.as_deref())
         .await
-        .map_err(|e| ApiError::from_kube(&format!("list {} in {namespace}", ar.plural), &e))?;
-    Ok(Json(Page {
-        items: list.items.iter().map(to_value).collect(),
-        next: list.metadata.continue_.filter(|c| !c.is_empty()),
-    }))
+        .map(Json)
 }
 
 async fn read(
@@ -404,8 +400,27 @@ async fn remove(
     let api: Api<DynamicObject> = Api::namespaced_with(g.client_for(&id)?, &namespace, &ar);
     api.delete(&name, &DeleteParams::background())
         .await
-        .map(|_| StatusCode::NO_CONTENT)
-        .map_err(|e| ApiError::from_kube(&format!("delete {} {namespace}/{name}", r.kind), &e))
+        .map_err(|e| ApiError::from_kube(&format!("delete {} {namespace}/{name}", r.kind), &e))?;
+    settle(&g, r, &namespace, &name, false).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Waits (at most 3 s) until the gateway's cache of `r` shows what this request just did (the
+/// object there, or gone), so that a caller who lists right after a change sees it.
+async fn settle(g: &Gateway, r: Resource, namespace: &str, name: &str, present: bool) {
+    let Some(store) = g.caches.get(r.path) else {
+        return;
+    };
+    let key = ObjectRef::<DynamicObject>::new_with(name, api_resource(r)).within(namespace);
+    for _ in 0..300 {
+        let there = store
+            .get(&key)
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_none());
+        if there == present {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// Checks a submitted object against its kind's schema (the field at fault named), fills in
@@ -479,16 +494,20 @@ async fn create(
     let obj: DynamicObject = serde_json::from_value(body)
         .map_err(|e| ApiError::invalid(format!("the body is not an object: {e}")))?;
     let api: Api<DynamicObject> = Api::namespaced_with(g.client_for(&id)?, &namespace, &ar);
-    api.create(
-        &PostParams {
-            field_manager: Some("gryvia-gateway".to_owned()),
-            ..PostParams::default()
-        },
-        &obj,
-    )
-    .await
-    .map(|o| (StatusCode::CREATED, Json(to_value(&o))))
-    .map_err(|e| ApiError::from_kube(&format!("create {} in {namespace}", r.kind), &e))
+    let created = api
+        .create(
+            &PostParams {
+                field_manager: Some("gryvia-gateway".to_owned()),
+                ..PostParams::default()
+            },
+            &obj,
+        )
+        .await
+        .map_err(|e| ApiError::from_kube(&format!("create {} in {namespace}", r.kind), &e))?;
+    if let Some(name) = &created.metadata.name {
+        settle(&g, r, &namespace, name, true).await;
+    }
+    Ok((StatusCode::CREATED, Json(to_value(&created))))
 }
 
 async fn from_template(
@@ -513,10 +532,11 @@ async fn from_template(
         crate::Error::Invalid(m) if m.ends_with("does not exist") => ApiError::not_found(m.clone()),
         _ => ApiError::from_client("render the template", &e),
     })?;
-    crate::ops::jobs::submit(&client, &job)
+    let job = crate::ops::jobs::submit(&client, &job)
         .await
-        .map(|j| (StatusCode::CREATED, Json(j)))
-        .map_err(|e| ApiError::from_client("submit the job", &e))
+        .map_err(|e| ApiError::from_client("submit the job", &e))?;
+    settle(&g, RESOURCES[0], &namespace, &job.name_any(), true).await;
+    Ok((StatusCode::CREATED, Json(job)))
 }
 
 /// `tail` of the logs.
@@ -860,12 +880,15 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_foreign_tokens_are_invalid_naming_continue() {
         let c = Cursor {
-            i: 3,
-            c: Some("abc".into()),
+            after: ("ns".into(), "job-1".into()),
         };
         let t = encode_cursor(&c);
-        let back = decode_cursor(t.as_deref()).ok();
-        assert_eq!(back.map(|b| (b.i, b.c)), Some((3, Some("abc".to_owned()))));
+        let back = decode_cursor(t.as_deref()).ok().flatten();
+        assert_eq!(
+            back.map(|b| b.after),
+            Some(("ns".to_owned(), "job-1".to_owned()))
+        );
+        assert!(decode_cursor(Some("")).ok().is_some_and(|c| c.is_none()));
         let bad = decode_cursor(Some("%%%")).err();
         assert_eq!(bad.and_then(|e| e.field), Some("continue".to_owned()));
     }

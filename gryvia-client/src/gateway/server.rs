@@ -21,7 +21,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DynamicObject, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use prometheus_client::metrics::counter::Counter;
@@ -83,6 +83,8 @@ pub struct Gateway {
     pub(super) keys: KeyStore,
     limiter: Mutex<RateLimiter>,
     pub(super) tenants: Store<GryviaTenant>,
+    /// A watch cache per served kind (by its path segment), lists are answered from.
+    pub(super) caches: HashMap<&'static str, Store<DynamicObject>>,
     access: Mutex<HashMap<String, (bool, Instant)>>,
     pub(super) validator: gryvia_types::validation::Validator,
     pub(super) metrics: Metrics,
@@ -147,7 +149,23 @@ impl Gateway {
             ),
         };
         let keys = KeyStore::start(&base, &config.keys_namespace).await?;
-        let tenants = watch_tenants(&base).await?;
+        let tenants = watch(
+            Api::<GryviaTenant>::all(base.clone()),
+            reflector::store::Writer::default(),
+            "GryviaTenants".to_owned(),
+        )
+        .await?;
+        let mut caches = HashMap::new();
+        for r in super::routes::RESOURCES {
+            let ar = super::routes::api_resource(r);
+            let store = watch(
+                Api::<DynamicObject>::all_with(base.clone(), &ar),
+                reflector::store::Writer::new(ar.clone()),
+                format!("{}s", r.kind),
+            )
+            .await?;
+            caches.insert(r.path, store);
+        }
         let metrics = Metrics::new();
         let requests = Family::<RouteLabels, Counter>::default();
         let auth_failures = Family::<ReasonLabels, Counter>::default();
@@ -183,6 +201,7 @@ impl Gateway {
                 100_000,
             )),
             tenants,
+            caches,
             access: Mutex::new(HashMap::new()),
             validator,
             metrics,
@@ -252,13 +271,26 @@ impl Gateway {
         out
     }
 
-    /// Whether RBAC lets `identity` list GryviaAIJobs in `namespace` (asked as the identity
-    /// with a SelfSubjectAccessReview; remembered for a few seconds).
+    /// Whether RBAC lets `identity` list GryviaAIJobs in `namespace`.
     pub(super) async fn may_use_namespace(&self, identity: &Identity, namespace: &str) -> bool {
+        self.may_list(identity, Some(namespace), "gryviaaijobs")
+            .await
+    }
+
+    /// Whether RBAC lets `identity` list `plural` (a Gryvia kind) in `namespace`, or in every
+    /// namespace when `None`: asked as the identity with a SelfSubjectAccessReview, the answer
+    /// remembered for a few seconds.
+    pub(super) async fn may_list(
+        &self,
+        identity: &Identity,
+        namespace: Option<&str>,
+        plural: &str,
+    ) -> bool {
         let key = format!(
-            "{}\u{0}{}\u{0}{namespace}",
+            "{}\u{0}{}\u{0}{}\u{0}{plural}",
             identity.user,
-            identity.groups.join(",")
+            identity.groups.join(","),
+            namespace.unwrap_or("*")
         );
         if let Ok(cache) = self.access.lock()
             && let Some((allowed, at)) = cache.get(&key)
@@ -273,9 +305,9 @@ impl Gateway {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(gryvia_types::GROUP.to_owned()),
-                    resource: Some("gryviaaijobs".to_owned()),
+                    resource: Some(plural.to_owned()),
                     verb: Some("list".to_owned()),
-                    namespace: Some(namespace.to_owned()),
+                    namespace: namespace.map(str::to_owned),
                     ..ResourceAttributes::default()
                 }),
                 ..SelfSubjectAccessReviewSpec::default()
@@ -317,32 +349,43 @@ impl Gateway {
     }
 }
 
-/// Starts the watch of GryviaTenants (the gateway's own identity reads them) and waits for
-/// the first list.
-async fn watch_tenants(client: &kube::Client) -> Result<Store<GryviaTenant>> {
-    let (store, writer) = reflector::store();
-    let stream = watcher(
-        Api::<GryviaTenant>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects();
+/// Starts a watch (with the gateway's own identity) into a store and waits for the first list.
+async fn watch<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: String,
+) -> Result<Store<K>>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let store = writer.as_reader();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+    let label = what.clone();
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             if let Err(e) = event {
-                tracing::warn!(error = %e, "tenant watch");
+                tracing::warn!(error = %e, watch = %label, "gateway watch");
             }
         }
     });
     tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
         .await
         .map_err(|_| Error::Timeout {
-            what: "the first list of GryviaTenants".to_owned(),
+            what: format!("the first list of {what}"),
             after: Duration::from_secs(30),
         })?
-        .map_err(|e| Error::Invalid(format!("tenant watch: {e}")))?;
+        .map_err(|e| Error::Invalid(format!("watch of {what}: {e}")))?;
     Ok(store)
 }
 
