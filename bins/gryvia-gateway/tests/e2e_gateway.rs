@@ -112,8 +112,7 @@ async fn tenants_see_only_their_own_through_impersonation_and_forged_tokens_are_
         .unwrap();
     let keys_ns = TestNamespace::create(&client, "gw").await.unwrap();
     apply_rbac(&client, "deploy/user-roles.yaml", &keys_ns.name).await;
-    apply_rbac(&client, "deploy/gateway/rbac.yaml", &keys_ns.name).await;
-    let access = gateway_access(&client, &keys_ns.name, "gryvia-gateway").await;
+    let access = gateway_access(&client, &keys_ns.name).await;
 
     // Tenant a: the group team-a (alice, carol). Tenant b: bob by name.
     let a = Tenant::create(

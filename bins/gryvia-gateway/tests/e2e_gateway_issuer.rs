@@ -93,7 +93,7 @@ async fn expired_foreign_and_premature_tokens_are_refused_rotation_is_followed_a
         .await
         .unwrap();
     let ns = TestNamespace::create(&client, "gwi").await.unwrap();
-    let access = gateway_access(&client, &ns.name, "gryvia-gateway").await;
+    let access = gateway_access(&client, &ns.name).await;
     let first = key("k1");
     let jwks = Arc::new(Mutex::new(json!({"keys": [first.jwk]})));
     let iss = issuer(Arc::clone(&jwks)).await;

@@ -126,54 +126,21 @@ impl Drop for Tenant {
     }
 }
 
-/// The gateway's service account: the chart's ClusterRole, and its Role for API keys in
-/// `keys_namespace`.
-pub async fn gateway_access(
-    client: &kube::Client,
-    keys_namespace: &str,
-    name: &str,
-) -> ServiceAccountAccess {
+/// The gateway's service account `gryvia-gateway` in `keys_namespace`: the chart's ClusterRole,
+/// and every RBAC object of deploy/gateway/rbac.yaml (its Role for API keys, bound to it, in
+/// `keys_namespace`).
+pub async fn gateway_access(client: &kube::Client, keys_namespace: &str) -> ServiceAccountAccess {
     let access = ServiceAccountAccess::create(
         client,
         "deploy/gateway/rbac.yaml",
         "gryvia-gateway",
         keys_namespace,
-        name,
+        "gryvia-gateway",
     )
     .await
     .unwrap();
-    // The Role of deploy/gateway/rbac.yaml, bound to this test's service account.
-    apply_rbac_roles(client, keys_namespace, name).await;
+    apply_rbac(client, "deploy/gateway/rbac.yaml", keys_namespace).await;
     access
-}
-
-async fn apply_rbac_roles(client: &kube::Client, namespace: &str, sa: &str) {
-    let text = std::fs::read_to_string(repo_root().join("deploy/gateway/rbac.yaml")).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let pp = PatchParams::apply("gryvia-e2e").force();
-    for mut d in docs.into_iter().filter(|d| d.is_object()) {
-        let name = d["metadata"]["name"].as_str().unwrap().to_owned();
-        d["metadata"]["namespace"] = json!(namespace);
-        match d["kind"].as_str().unwrap() {
-            "Role" => {
-                let r: Role = serde_json::from_value(d).unwrap();
-                Api::<Role>::namespaced(client.clone(), namespace)
-                    .patch(&name, &pp, &Patch::Apply(&r))
-                    .await
-                    .unwrap();
-            }
-            "RoleBinding" => {
-                d["subjects"] =
-                    json!([{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]);
-                let r: RoleBinding = serde_json::from_value(d).unwrap();
-                Api::<RoleBinding>::namespaced(client.clone(), namespace)
-                    .patch(&name, &pp, &Patch::Apply(&r))
-                    .await
-                    .unwrap();
-            }
-            _ => {}
-        }
-    }
 }
 
 /// Starts the gateway binary on a free loopback port with `args`, as the service account of
