@@ -3,13 +3,16 @@
 jobs. Screenshots are saved as test artifacts in target/e2e-artifacts/."""
 
 import os
+import secrets
 import shutil
+import subprocess
+import time
 
 import pytest
 
 import gryvia
 
-from conftest import ROOT
+from conftest import ROOT, _free_port
 
 ARTIFACTS = ROOT / "target" / "e2e-artifacts"
 
@@ -23,6 +26,29 @@ def _chromium():
     return path
 
 
+@pytest.fixture
+def queue_operator(client, kubeconfig, namespace):
+    """The ai-operator with the native queue scheduler, running as the admin."""
+    binary = ROOT / "target" / "debug" / "gryvia-ai-operator"
+    if not binary.exists():
+        subprocess.run(["cargo", "build", "-p", "gryvia-ai-operator"], cwd=ROOT, check=True)
+    log = open(ROOT / "target" / "pytest-browser-ai-operator.log", "w")
+    proc = subprocess.Popen(
+        [str(binary), "--metrics-addr", f"127.0.0.1:{_free_port()}", "--lease-namespace", namespace,
+         "--lease-duration", "4", "--lease-grace", "1", "--native-queue-scheduler"],
+        env=dict(os.environ, KUBECONFIG=kubeconfig, RUST_LOG="info"),
+        stdout=log, stderr=subprocess.STDOUT)
+    time.sleep(0.5)
+    assert proc.poll() is None, f"the ai-operator exited at once; see {log.name}"
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
 def _login(page, gateway, user):
     page.goto(gateway.url + "/")
     page.click("#sso")
@@ -34,15 +60,30 @@ def _login(page, gateway, user):
     page.wait_for_selector("#app:not([hidden])", timeout=20000)
 
 
-def test_log_in_through_dex_see_why_pending_and_no_other_tenants_jobs(gateway):
+def test_log_in_through_dex_see_why_pending_and_no_other_tenants_jobs(gateway, client, queue_operator):
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = _chromium()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # Tenant a's jobs enter a native queue with 1 GPU of quota; alice's job asks for 2.
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    queue = f"browser-{secrets.token_hex(3)}"
+    client.create({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaQueue", "metadata": {"name": queue},
+                   "spec": {"namespaces": [f"tenant-{gateway.a}"],
+                            "resources": [{"gpuType": h100, "nominal": 1}]}})
     # A job for each tenant, submitted through the gateway as its members.
     alice = gryvia.GatewayClient(gateway.url, gateway.dex.token("alice@example.com"))
     bob = gryvia.GatewayClient(gateway.url, gateway.dex.token("bob@example.com"))
     alice.submit(f"tenant-{gateway.a}", {"metadata": {"name": "browser-train"},
-                                          "spec": {"image": "registry.example/t:1", "gpus": 2}})
+                                          "spec": {"image": "registry.example/t:1", "gpus": 2,
+                                                   "gpuType": h100}})
+    why = ""
+    for _ in range(300):
+        waiting = [w for w in alice.queue(f"tenant-{gateway.a}") if w["job"] == "browser-train"]
+        if waiting and waiting[0].get("queue") == queue:
+            why = waiting[0]["why"]
+            break
+        time.sleep(0.1)
+    assert why, "the native queue never explained why the job waits"
     bob.submit(f"tenant-{gateway.b}", {"metadata": {"name": "bobs-secret-job"},
                                         "spec": {"image": "registry.example/t:1", "gpus": 1}})
     try:
@@ -54,10 +95,12 @@ def test_log_in_through_dex_see_why_pending_and_no_other_tenants_jobs(gateway):
             _login(page, gateway, "alice@example.com")
             assert "alice@example.com" in page.inner_text("#who")
             page.wait_for_selector("text=browser-train")
-            queue = page.inner_text("#view")
-            assert "browser-train" in queue
-            why = page.locator("tr:has-text('browser-train') .why").inner_text()
-            assert why.strip(), "the queue says why the job waits"
+            view = page.inner_text("#view")
+            assert "browser-train" in view
+            row = page.locator("tr:has-text('browser-train')").inner_text()
+            assert queue in row, row
+            shown = page.locator("tr:has-text('browser-train') .why").inner_text()
+            assert shown.strip() == why.strip(), (shown, why)
             page.screenshot(path=str(ARTIFACTS / "dashboard-queue-alice.png"), full_page=True)
             page.click("nav button[data-view=jobs]")
             page.wait_for_selector("text=browser-train")
@@ -82,3 +125,4 @@ def test_log_in_through_dex_see_why_pending_and_no_other_tenants_jobs(gateway):
     finally:
         alice.delete("jobs", f"tenant-{gateway.a}", "browser-train")
         bob.delete("jobs", f"tenant-{gateway.b}", "bobs-secret-job")
+        client.delete("GryviaQueue", queue)

@@ -146,7 +146,7 @@ fn operations() -> Vec<Op> {
                 "queue",
                 "Waiting jobs with their queue, position, expected start and why",
                 "jobs",
-                vec![IN_NAMESPACE],
+                vec![IN_NAMESPACE, LIMIT, CONTINUE],
             )
         },
         Op {
@@ -157,7 +157,7 @@ fn operations() -> Vec<Op> {
                 "listTemplates",
                 "Job templates",
                 "jobs",
-                vec![],
+                vec![LIMIT, CONTINUE],
             )
         },
         Op {
@@ -207,7 +207,7 @@ fn operations() -> Vec<Op> {
                 "listNodes",
                 "GPU nodes and their health",
                 "fleet",
-                vec![],
+                vec![LIMIT, CONTINUE],
             )
         },
         Op {
@@ -252,7 +252,7 @@ fn operations() -> Vec<Op> {
                 "listTenants",
                 "The tenants the caller may see, with quota use",
                 "tenants",
-                vec![],
+                vec![LIMIT, CONTINUE],
             )
         },
         Op {
@@ -274,7 +274,7 @@ fn operations() -> Vec<Op> {
                 "listInvoices",
                 "A tenant's invoices, newest first",
                 "tenants",
-                vec![NAME],
+                vec![NAME, LIMIT, CONTINUE],
             )
         },
         Op {
@@ -285,7 +285,7 @@ fn operations() -> Vec<Op> {
                 "listApiKeys",
                 "The caller's API keys (every key for admins)",
                 "auth",
-                vec![],
+                vec![LIMIT, CONTINUE],
             )
         },
         Op {

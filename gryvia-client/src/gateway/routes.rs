@@ -246,6 +246,36 @@ fn encode_cursor(c: &Cursor) -> Option<String> {
         .map(|b| URL_SAFE_NO_PAD.encode(b))
 }
 
+/// One page of `items` ordered by `key` (ascending, or descending when `newest_first`), after
+/// the cursor `token`.
+fn paginate<T>(
+    mut items: Vec<T>,
+    key: impl Fn(&T) -> (String, String),
+    newest_first: bool,
+    q: &ListQuery,
+) -> Answer<Page<T>> {
+    let limit = usize::try_from(limit_of(q)?).unwrap_or(usize::MAX);
+    let after = decode_cursor(q.next.as_deref())?.map(|c| c.after);
+    items.sort_by_key(|i| key(i));
+    if newest_first {
+        items.reverse();
+    }
+    if let Some(a) = &after {
+        items.retain(|i| {
+            let k = key(i);
+            if newest_first { &k < a } else { &k > a }
+        });
+    }
+    let next = (items.len() > limit).then(|| Cursor {
+        after: key(&items[limit - 1]),
+    });
+    items.truncate(limit);
+    Ok(Page {
+        items,
+        next: next.as_ref().and_then(encode_cursor),
+    })
+}
+
 /// The namespaces a list covers for `id`: the one asked for, every namespace (`None`) for an
 /// admin whose credential is not limited to a tenant, else its visible tenants' namespaces.
 async fn namespaces_for(
@@ -618,38 +648,36 @@ async fn queue(
             }
         }
     }
-    Ok(Json(Page {
-        items: jobs.iter().map(gryvia_reconcile::queue::waiting).collect(),
-        next: None,
-    }))
+    let waiting: Vec<Waiting> = jobs.iter().map(gryvia_reconcile::queue::waiting).collect();
+    paginate(waiting, |w| (w.namespace.clone(), w.job.clone()), false, &q).map(Json)
+}
+
+fn by_name<K: kube::Resource>(o: &K) -> (String, String) {
+    (String::new(), o.meta().name.clone().unwrap_or_default())
 }
 
 async fn templates(
     State(g): G,
     Extension(id): Extension<Identity>,
+    Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<GryviaTemplate>>> {
     let list = Api::<GryviaTemplate>::all(g.client_for(&id)?)
         .list(&ListParams::default())
         .await
         .map_err(|e| ApiError::from_kube("list templates", &e))?;
-    Ok(Json(Page {
-        items: list.items,
-        next: None,
-    }))
+    paginate(list.items, by_name, false, &q).map(Json)
 }
 
 async fn nodes(
     State(g): G,
     Extension(id): Extension<Identity>,
+    Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<GryviaGpuNode>>> {
     let list = Api::<GryviaGpuNode>::all(g.client_for(&id)?)
         .list(&ListParams::default())
         .await
         .map_err(|e| ApiError::from_kube("list GPU nodes", &e))?;
-    Ok(Json(Page {
-        items: list.items,
-        next: None,
-    }))
+    paginate(list.items, by_name, false, &q).map(Json)
 }
 
 async fn node(
@@ -704,17 +732,20 @@ async fn end_maintenance(
     }))
 }
 
-async fn tenants(State(g): G, Extension(id): Extension<Identity>) -> Json<Page<GryviaTenant>> {
+async fn tenants(
+    State(g): G,
+    Extension(id): Extension<Identity>,
+    Query(q): Query<ListQuery>,
+) -> Answer<Json<Page<GryviaTenant>>> {
     let visible = g.visible_tenants(&id).await;
-    let mut items: Vec<GryviaTenant> = g
+    let items: Vec<GryviaTenant> = g
         .tenants
         .state()
         .iter()
         .filter(|t| visible.contains(&t.name_any()))
         .map(|t| (**t).clone())
         .collect();
-    items.sort_by_key(kube::ResourceExt::name_any);
-    Json(Page { items, next: None })
+    paginate(items, by_name, false, &q).map(Json)
 }
 
 /// The tenant `name` when `id` may see it (RBAC confirmed), else 404.
@@ -773,10 +804,11 @@ async fn invoices(
     State(g): G,
     Extension(id): Extension<Identity>,
     Path(name): Path<String>,
+    Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<GryviaInvoice>>> {
     check_name("name", &name)?;
     visible_tenant(&g, &id, &name).await?;
-    let mut items: Vec<GryviaInvoice> = Api::<GryviaInvoice>::all(g.base.clone())
+    let items: Vec<GryviaInvoice> = Api::<GryviaInvoice>::all(g.base.clone())
         .list(&ListParams::default())
         .await
         .map_err(|e| ApiError::from_kube("list invoices", &e))?
@@ -784,22 +816,26 @@ async fn invoices(
         .into_iter()
         .filter(|i| i.spec.tenant == name)
         .collect();
-    items.sort_by(|a, b| b.spec.period_start.cmp(&a.spec.period_start));
-    Ok(Json(Page { items, next: None }))
+    paginate(
+        items,
+        |i| (i.spec.period_start.0.to_string(), i.name_any()),
+        true,
+        &q,
+    )
+    .map(Json)
 }
 
 async fn list_keys(
     State(g): G,
     Extension(id): Extension<Identity>,
+    Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<ApiKeyView>>> {
     let only = (!id.admin).then_some(id.user.as_str());
     let keys = super::apikeys::list(&g.base, g.keys.namespace(), only)
         .await
         .map_err(|e| ApiError::from_client("list API keys", &e))?;
-    Ok(Json(Page {
-        items: keys.iter().map(ApiKeyView::from).collect(),
-        next: None,
-    }))
+    let views: Vec<ApiKeyView> = keys.iter().map(ApiKeyView::from).collect();
+    paginate(views, |k| (k.created.clone(), k.id.clone()), false, &q).map(Json)
 }
 
 /// Creates an API key acting as the caller (an OIDC login; a key cannot make keys), limited
@@ -891,6 +927,55 @@ mod tests {
         assert!(decode_cursor(Some("")).ok().is_some_and(|c| c.is_none()));
         let bad = decode_cursor(Some("%%%")).err();
         assert_eq!(bad.and_then(|e| e.field), Some("continue".to_owned()));
+    }
+
+    #[test]
+    fn pages_follow_the_cursor_in_either_order() {
+        let items: Vec<(String, String)> = ["c", "a", "b"]
+            .iter()
+            .map(|n| (String::new(), (*n).to_owned()))
+            .collect();
+        let q = |next: Option<String>| ListQuery {
+            limit: Some("2".to_owned()),
+            next,
+            ..ListQuery::default()
+        };
+        let first = paginate(items.clone(), Clone::clone, false, &q(None)).ok();
+        let first = first.unwrap_or(Page {
+            items: vec![],
+            next: None,
+        });
+        assert_eq!(
+            first.items.iter().map(|i| i.1.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let second = paginate(items.clone(), Clone::clone, false, &q(first.next)).ok();
+        let second = second.unwrap_or(Page {
+            items: vec![],
+            next: None,
+        });
+        assert_eq!(
+            second
+                .items
+                .iter()
+                .map(|i| i.1.as_str())
+                .collect::<Vec<_>>(),
+            ["c"]
+        );
+        assert!(second.next.is_none());
+        let newest = paginate(items, Clone::clone, true, &q(None)).ok();
+        let newest = newest.unwrap_or(Page {
+            items: vec![],
+            next: None,
+        });
+        assert_eq!(
+            newest
+                .items
+                .iter()
+                .map(|i| i.1.as_str())
+                .collect::<Vec<_>>(),
+            ["c", "b"]
+        );
     }
 
     #[test]
