@@ -429,6 +429,32 @@ async fn tenants_see_only_their_own_through_impersonation_and_forged_tokens_are_
     )
     .await;
     assert_eq!(code, 403, "a key cannot make keys");
+    // An admin's key limited to tenant a reaches nothing cluster-wide.
+    let (code, created) = call(
+        port,
+        "POST",
+        "/api/v1/apikeys",
+        Some(&admin),
+        Some(&json!({"name": "ops", "tenant": a.name})),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    let limited = created["key"].as_str().unwrap().to_owned();
+    let (code, body) = call(port, "GET", "/api/v1/nodes", Some(&limited), None).await;
+    assert_eq!(
+        (code, body["code"].as_str()),
+        (403, Some("key_scope")),
+        "{body}"
+    );
+    let (code, _) = call(
+        port,
+        "GET",
+        &format!("/api/v1/namespaces/{}/jobs/train-0", a.namespace),
+        Some(&limited),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "inside its tenant the key works");
     let (code, _) = call(
         port,
         "DELETE",

@@ -207,6 +207,19 @@ pub fn check_name(field: &str, value: &str) -> Answer<()> {
     }
 }
 
+/// A credential limited to a tenant's namespace reaches nothing cluster-wide (the fleet, its
+/// maintenance), whatever its user may do otherwise.
+fn check_cluster_wide(id: &Identity) -> Answer<()> {
+    match &id.tenant {
+        None => Ok(()),
+        Some(t) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "key_scope",
+            format!("this API key is limited to tenant {t}'s namespace"),
+        )),
+    }
+}
+
 fn check_namespace(id: &Identity, namespace: &str) -> Answer<()> {
     check_name("namespace", namespace)?;
     if namespace_allowed(id, namespace) {
@@ -673,6 +686,7 @@ async fn nodes(
     Extension(id): Extension<Identity>,
     Query(q): Query<ListQuery>,
 ) -> Answer<Json<Page<GryviaGpuNode>>> {
+    check_cluster_wide(&id)?;
     let list = Api::<GryviaGpuNode>::all(g.client_for(&id)?)
         .list(&ListParams::default())
         .await
@@ -685,6 +699,7 @@ async fn node(
     Extension(id): Extension<Identity>,
     Path(name): Path<String>,
 ) -> Answer<Json<GryviaGpuNode>> {
+    check_cluster_wide(&id)?;
     check_name("name", &name)?;
     Api::<GryviaGpuNode>::all(g.client_for(&id)?)
         .get(&name)
@@ -699,6 +714,7 @@ async fn start_maintenance(
     Path(name): Path<String>,
     body: Option<Json<MaintenanceRequest>>,
 ) -> Answer<Json<MaintenanceResult>> {
+    check_cluster_wide(&id)?;
     check_name("name", &name)?;
     let Some(Json(req)) = body else {
         return Err(ApiError::invalid("the body must be {\"reason\": \"...\"}").field("reason"));
@@ -721,6 +737,7 @@ async fn end_maintenance(
     Extension(id): Extension<Identity>,
     Path(name): Path<String>,
 ) -> Answer<Json<MaintenanceResult>> {
+    check_cluster_wide(&id)?;
     check_name("name", &name)?;
     let done = crate::ops::nodes::end_maintenance(&g.client_for(&id)?, &name)
         .await
