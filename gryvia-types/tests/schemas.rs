@@ -333,3 +333,59 @@ fn the_crd_reference_is_up_to_date() {
         "docs/reference/ holds files no kind generates"
     );
 }
+
+#[test]
+fn the_platform_admin_role_names_every_kind_and_no_role_uses_a_wildcard() {
+    // deploy/user-roles.yaml is rendered from the chart: ClusterRole gryvia-platform-admin must
+    // list every Gryvia kind by name (a new kind is not an admin's until it is added), and no
+    // role under deploy/ may grant "*".
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("deploy/user-roles.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let admin = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gryvia-platform-admin")
+        .expect("deploy/user-roles.yaml has the ClusterRole gryvia-platform-admin");
+    let granted: Vec<&str> = admin["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["apiGroups"][0] == "gryvia.io")
+        .flat_map(|r| r["resources"].as_array().unwrap().iter())
+        .filter_map(Value::as_str)
+        .collect();
+    for crd in gryvia_types::crds::all() {
+        let plural = &crd.spec.names.plural;
+        assert!(
+            granted.contains(&plural.as_str()),
+            "gryvia-platform-admin does not name {plural}: add it in deploy/helm/gryvia/templates/user-roles.yaml"
+        );
+    }
+    for dir in ["deploy"] {
+        for entry in walk(&root.join(dir)) {
+            let text = std::fs::read_to_string(&entry).unwrap();
+            for line in text.lines().filter(|l| {
+                l.trim_start().starts_with("resources:") || l.trim_start().starts_with("verbs:")
+            }) {
+                assert!(
+                    !line.contains("\"*\"") && !line.contains("['*']") && !line.contains("[*]"),
+                    "{} grants a wildcard: {line}",
+                    entry.display()
+                );
+            }
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else if p.extension().is_some_and(|x| x == "yaml") {
+            out.push(p);
+        }
+    }
+    out
+}

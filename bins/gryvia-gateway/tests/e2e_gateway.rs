@@ -532,6 +532,18 @@ async fn tenants_see_only_their_own_through_impersonation_and_forged_tokens_are_
             >= 1.0
     );
 
+    // No credential reaches the gateway's log: not a token, not a key's secret part.
+    let log = std::fs::read_to_string(repo_root().join("target/e2e-logs/gateway-e2e.log")).unwrap();
+    for (what, secret) in [
+        ("alice's token", alice.rsplit('.').next().unwrap()),
+        ("the admin's token", admin.rsplit('.').next().unwrap()),
+        ("alice's API key", key.rsplit('_').next().unwrap()),
+        ("the limited key", limited.rsplit('_').next().unwrap()),
+        ("the expired key", expired.rsplit('_').next().unwrap()),
+    ] {
+        assert!(!log.contains(secret), "{what} is in the gateway's log");
+    }
+
     // The OpenAPI document lists only routes the gateway serves: unauthenticated, each answers
     // 401 (or its own answer when open), never the router's "no such route".
     let (code, doc) = call(port, "GET", "/openapi.json", None, None).await;
