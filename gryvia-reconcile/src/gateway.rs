@@ -526,3 +526,60 @@ mod tests {
         assert!(!l.is_empty());
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! What parses untrusted input here (presented API keys, token claims) never panics, and
+    //! what it accepts is well-formed, over many generated inputs.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            ".{0,40}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z]{1,8}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5000))]
+
+        #[test]
+        fn presented_keys_never_panic_and_round_trip_when_accepted(s in ".{0,200}") {
+            if let Some(t) = ApiKeyToken::parse(&s) {
+                prop_assert_eq!(t.format(), s);
+            }
+        }
+
+        #[test]
+        fn well_formed_keys_always_parse(id in "[a-z0-9]{8,32}", secret in "[A-Za-z0-9_-]{32,128}") {
+            let t = ApiKeyToken { id, secret };
+            prop_assert_eq!(ApiKeyToken::parse(&t.format()), Some(t));
+        }
+
+        #[test]
+        fn claims_never_panic_and_identities_are_never_system_users(
+            email in json(), groups in json(), extra in json()
+        ) {
+            let mut claims = Map::new();
+            claims.insert("email".to_owned(), email);
+            claims.insert("groups".to_owned(), groups);
+            claims.insert("extra".to_owned(), extra);
+            if let Ok(id) = identity_from_claims(&claims, &ClaimMapping::default()) {
+                prop_assert!(!id.user.is_empty());
+                prop_assert!(!id.user.starts_with("system:"));
+                prop_assert!(id.groups.iter().all(|g| !g.starts_with("system:")));
+            }
+        }
+    }
+}

@@ -494,3 +494,43 @@ mod tests {
         assert_eq!(TokenError::Algorithm("none".into()).reason(), "algorithm");
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! The token header reader sees every presented bearer token first: it never panics, and it
+    //! lets through only RS256 and ES256 with a key id.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5000))]
+
+        #[test]
+        fn any_string_is_read_without_panic(s in ".{0,300}") {
+            if let Ok((alg, _kid)) = header_of(&s) {
+                prop_assert!(matches!(alg, Algorithm::RS256 | Algorithm::ES256));
+            }
+        }
+
+        #[test]
+        fn any_header_json_is_refused_unless_rs256_or_es256(
+            alg in prop_oneof![Just("none".to_owned()), Just("HS256".to_owned()), Just("RS256".to_owned()),
+                               Just("ES256".to_owned()), "[A-Za-z0-9]{0,8}"],
+            kid in proptest::option::of("[ -~]{0,20}"),
+            payload in "[A-Za-z0-9_-]{0,40}", sig in "[A-Za-z0-9_-]{0,40}",
+        ) {
+            let mut h = serde_json::json!({"alg": alg});
+            if let Some(k) = &kid {
+                h["kid"] = serde_json::json!(k);
+            }
+            let token = format!("{}.{payload}.{sig}", URL_SAFE_NO_PAD.encode(h.to_string()));
+            let read = header_of(&token);
+            match (alg.as_str(), &kid) {
+                ("RS256" | "ES256", Some(k)) => prop_assert_eq!(read.map(|r| r.1), Ok(k.clone())),
+                ("RS256" | "ES256", None) => prop_assert!(matches!(read, Err(TokenError::Malformed(_)))),
+                _ => prop_assert!(matches!(read, Err(TokenError::Algorithm(_)))),
+            }
+        }
+    }
+}
