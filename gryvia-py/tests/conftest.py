@@ -4,6 +4,7 @@ Without a control plane the e2e tests are skipped, unless GRYVIA_E2E=1 demands t
 scripts/test does), in which case they fail.
 """
 
+import contextlib
 import os
 import pathlib
 import secrets
@@ -57,27 +58,37 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def ai_operator(client, kubeconfig, namespace):
-    """The ai-operator binary (built by cargo test, or built here), running as the admin."""
+@contextlib.contextmanager
+def running_ai_operator(kubeconfig, namespace, log_name, *extra):
+    """The ai-operator binary (built by cargo test, or built here) with `extra` flags, running as
+    the admin with its Lease in `namespace`, stopped at the end."""
     binary = ROOT / "target" / "debug" / "gryvia-ai-operator"
     if not binary.exists():
         subprocess.run(["cargo", "build", "-p", "gryvia-ai-operator"], cwd=ROOT, check=True)
-    log = open(ROOT / "target" / f"pytest-ai-operator-{namespace}.log", "w")
+    log = open(ROOT / "target" / f"{log_name}.log", "w")
     env = dict(os.environ, KUBECONFIG=kubeconfig, RUST_LOG="info")
     proc = subprocess.Popen(
         [str(binary), "--metrics-addr", f"127.0.0.1:{_free_port()}", "--lease-namespace", namespace,
-         "--lease-duration", "4", "--lease-grace", "1"],
+         "--lease-duration", "4", "--lease-grace", "1", *extra],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     time.sleep(0.5)
     assert proc.poll() is None, f"the ai-operator exited at once; see {log.name}"
-    yield proc
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def ai_operator(client, kubeconfig, namespace):
+    """The ai-operator binary, running as the admin."""
+    with running_ai_operator(kubeconfig, namespace, f"pytest-ai-operator-{namespace}") as proc:
+        yield proc
 
 
 # -- the gateway (bins/gryvia-gateway) with Dex (testenv/up --with-dex) -----------------------

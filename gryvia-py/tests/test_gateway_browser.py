@@ -5,14 +5,13 @@ jobs. Screenshots are saved as test artifacts in target/e2e-artifacts/."""
 import os
 import secrets
 import shutil
-import subprocess
 import time
 
 import pytest
 
 import gryvia
 
-from conftest import ROOT, _free_port
+from conftest import ROOT, running_ai_operator
 
 ARTIFACTS = ROOT / "target" / "e2e-artifacts"
 
@@ -29,24 +28,9 @@ def _chromium():
 @pytest.fixture
 def queue_operator(client, kubeconfig, namespace):
     """The ai-operator with the native queue scheduler, running as the admin."""
-    binary = ROOT / "target" / "debug" / "gryvia-ai-operator"
-    if not binary.exists():
-        subprocess.run(["cargo", "build", "-p", "gryvia-ai-operator"], cwd=ROOT, check=True)
-    log = open(ROOT / "target" / "pytest-browser-ai-operator.log", "w")
-    proc = subprocess.Popen(
-        [str(binary), "--metrics-addr", f"127.0.0.1:{_free_port()}", "--lease-namespace", namespace,
-         "--lease-duration", "4", "--lease-grace", "1", "--native-queue-scheduler"],
-        env=dict(os.environ, KUBECONFIG=kubeconfig, RUST_LOG="info"),
-        stdout=log, stderr=subprocess.STDOUT)
-    time.sleep(0.5)
-    assert proc.poll() is None, f"the ai-operator exited at once; see {log.name}"
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with running_ai_operator(kubeconfig, namespace, "pytest-browser-ai-operator",
+                             "--native-queue-scheduler") as proc:
+        yield proc
 
 
 def _login(page, gateway, user):

@@ -30,12 +30,13 @@ def _st():
 
 
 @pytest.mark.parametrize("user", ["admin@example.com", "alice@example.com"])
-def test_no_server_error_and_every_answer_as_documented(gateway, user):
+def test_no_server_error_and_every_answer_as_documented(gateway, user, tmp_path):
+    # schemathesis keeps a cache in its working directory: a temporary one, not the repository.
     token = gateway.dex.token(user)
     run = subprocess.run(
         _st() + ["run", gateway.url + "/openapi.json", "-H", f"Authorization: Bearer {token}",
                  "--checks", CHECKS, "--max-examples", "10", "--no-color"],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, cwd=tmp_path)
     out = run.stdout + run.stderr
     summary = re.search(r"(\d+) generated, (\d+) passed", out)
     print(out[-3000:])

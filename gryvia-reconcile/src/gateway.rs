@@ -150,11 +150,6 @@ pub fn identity_from_claims(
     })
 }
 
-/// The namespace of a tenant (`tenant-<name>`), as the tenancy controller creates it.
-pub fn tenant_namespace(tenant: &str) -> String {
-    crate::tenancy::namespace_of(tenant)
-}
-
 /// The tenants an identity is a member of, by user name or by one of its groups, sorted; every
 /// tenant for an admin. These are candidates: the gateway confirms each with the API server
 /// (may this identity list jobs in the tenant's namespace?) before it shows anything.
@@ -182,7 +177,7 @@ pub fn namespace_allowed(identity: &Identity, namespace: &str) -> bool {
     identity
         .tenant
         .as_ref()
-        .is_none_or(|t| tenant_namespace(t) == namespace)
+        .is_none_or(|t| crate::tenancy::namespace_of(t) == namespace)
 }
 
 /// The prefix of every API key.

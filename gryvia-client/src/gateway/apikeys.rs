@@ -262,13 +262,7 @@ impl KeyStore {
                 }
             }
         });
-        tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_until_ready())
-            .await
-            .map_err(|_| Error::Timeout {
-                what: format!("the first list of API key Secrets in {namespace}"),
-                after: std::time::Duration::from_secs(30),
-            })?
-            .map_err(|e| Error::Invalid(format!("API key watch: {e}")))?;
+        crate::cache::wait_ready(&store, "API key Secret").await?;
         Ok(Self {
             namespace: namespace.to_owned(),
             store,

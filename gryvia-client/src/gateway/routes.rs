@@ -10,8 +10,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use gryvia_reconcile::gateway::{Identity, Via, namespace_allowed, tenant_namespace};
+use futures::FutureExt as _;
+use gryvia_reconcile::gateway::{Identity, Via, namespace_allowed};
 use gryvia_reconcile::queue::Waiting;
+use gryvia_reconcile::tenancy::namespace_of;
 use gryvia_types::{
     GryviaAIJob, GryviaGpuNode, GryviaGpuSku, GryviaInvoice, GryviaTemplate, GryviaTenant,
     GryviaUsageRecord, PeriodType,
@@ -19,7 +21,9 @@ use gryvia_types::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
+use std::collections::BTreeSet;
+
+use crate::cache::{Cacheable, Caches, wait_ready};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -86,6 +90,99 @@ pub fn api_resource(r: Resource) -> ApiResource {
         kind: r.kind.to_owned(),
         plural: r.plural.to_owned(),
     }
+}
+
+/// Runs `$body` with `$k` the Rust type of the served kind named `$kind` (`None` for another).
+macro_rules! with_kind {
+    ($kind:expr, $k:ident => $body:expr) => {
+        match $kind {
+            "GryviaAIJob" => {
+                type $k = gryvia_types::GryviaAIJob;
+                Some($body)
+            }
+            "GryviaWorkflow" => {
+                type $k = gryvia_types::GryviaWorkflow;
+                Some($body)
+            }
+            "GryviaAutoTuner" => {
+                type $k = gryvia_types::GryviaAutoTuner;
+                Some($body)
+            }
+            "GryviaInferenceService" => {
+                type $k = gryvia_types::GryviaInferenceService;
+                Some($body)
+            }
+            "GryviaWorkspace" => {
+                type $k = gryvia_types::GryviaWorkspace;
+                Some($body)
+            }
+            "GryviaModelRegistry" => {
+                type $k = gryvia_types::GryviaModelRegistry;
+                Some($body)
+            }
+            _ => None,
+        }
+    };
+}
+
+/// Asks `caches` for a watch of every served kind (before they run); the returned future
+/// waits until each holds its first listing.
+pub(super) fn register_caches(caches: &Caches) -> impl Future<Output = crate::Result<()>> + use<> {
+    let waits: Vec<_> = RESOURCES
+        .iter()
+        .filter_map(|r| {
+            with_kind!(r.kind, K => {
+                let store = caches.store::<K>();
+                let kind = r.kind;
+                async move { wait_ready(&store, kind).await }.boxed()
+            })
+        })
+        .collect();
+    async move {
+        for w in waits {
+            w.await?;
+        }
+        Ok(())
+    }
+}
+
+/// The objects of kind `K` in the cache whose namespace is allowed (every one for `None`)
+/// after the (namespace, name) `after`, sorted: (namespace, name, object as JSON) for the first
+/// `limit`, and whether more follow.
+fn page_from<K: Cacheable + serde::Serialize>(
+    caches: &Caches,
+    allowed: Option<&BTreeSet<String>>,
+    after: Option<&(String, String)>,
+    limit: usize,
+) -> (Vec<(String, String, Value)>, bool) {
+    let mut objects: Vec<(String, String, Arc<K>)> = caches
+        .store::<K>()
+        .state()
+        .into_iter()
+        .filter_map(|o| {
+            let ns = o.meta().namespace.clone()?;
+            let name = o.meta().name.clone()?;
+            allowed
+                .is_none_or(|a| a.contains(&ns))
+                .then_some((ns, name, o))
+        })
+        .filter(|(ns, name, _)| after.is_none_or(|(a_ns, a_name)| (ns, name) > (a_ns, a_name)))
+        .collect();
+    objects.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let more = objects.len() > limit;
+    objects.truncate(limit);
+    let page = objects
+        .into_iter()
+        .map(|(ns, name, o)| (ns, name, serde_json::to_value(&*o).unwrap_or(Value::Null)))
+        .collect();
+    (page, more)
+}
+
+/// Whether the cache of kind `K` holds `namespace`/`name` (not being deleted).
+fn cached<K: Cacheable>(caches: &Caches, namespace: &str, name: &str) -> bool {
+    caches
+        .cached::<K>(Some(namespace), name)
+        .is_some_and(|o| o.meta().deletion_timestamp.is_none())
 }
 
 fn resource(path: &str) -> Answer<(Resource, ApiResource)> {
@@ -307,7 +404,7 @@ async fn namespaces_for(
         g.visible_tenants(id)
             .await
             .iter()
-            .map(|t| tenant_namespace(t))
+            .map(|t| namespace_of(t))
             .collect(),
     ))
 }
@@ -324,7 +421,7 @@ async fn page_of(
     token: Option<&str>,
 ) -> Answer<Page<Value>> {
     let after = decode_cursor(token)?.map(|c| c.after);
-    let allowed: Option<std::collections::BTreeSet<String>> = match namespaces {
+    let allowed: Option<BTreeSet<String>> = match namespaces {
         None => {
             if !g.may_list(id, None, r.plural).await {
                 return Err(ApiError::forbidden(format!(
@@ -336,7 +433,7 @@ async fn page_of(
         }
         Some(list) => {
             let single = list.len() == 1;
-            let mut ok = std::collections::BTreeSet::new();
+            let mut ok = BTreeSet::new();
             for ns in list {
                 if g.may_list(id, Some(&ns), r.plural).await {
                     ok.insert(ns);
@@ -350,38 +447,22 @@ async fn page_of(
             Some(ok)
         }
     };
-    let Some(store) = g.caches.get(r.path) else {
-        return Err(ApiError::not_found(format!("no resource {:?}", r.path)));
-    };
-    let mut objects: Vec<(String, String, Arc<DynamicObject>)> = store
-        .state()
-        .into_iter()
-        .filter_map(|o| {
-            let ns = o.metadata.namespace.clone()?;
-            let name = o.metadata.name.clone()?;
-            allowed
-                .as_ref()
-                .is_none_or(|a| a.contains(&ns))
-                .then_some((ns, name, o))
-        })
-        .filter(|(ns, name, _)| {
-            after
-                .as_ref()
-                .is_none_or(|(a_ns, a_name)| (ns, name) > (a_ns, a_name))
-        })
-        .collect();
-    objects.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let next = (objects.len() > limit).then(|| {
-        let (ns, name, _) = &objects[limit - 1];
-        Cursor {
-            after: (ns.clone(), name.clone()),
-        }
-    });
-    objects.truncate(limit);
+    let (items, more) = with_kind!(r.kind, K => {
+        page_from::<K>(&g.caches, allowed.as_ref(), after.as_ref(), limit)
+    })
+    .ok_or_else(|| ApiError::not_found(format!("no resource {:?}", r.path)))?;
+    let next = more
+        .then(|| items.last())
+        .flatten()
+        .and_then(|(ns, name, _)| {
+            encode_cursor(&Cursor {
+                after: (ns.clone(), name.clone()),
+            })
+        });
     Ok(Page {
-        items: objects.iter().map(|(_, _, o)| to_value(o)).collect(),
-        next: next.as_ref().and_then(encode_cursor),
+        items: items.into_iter().map(|(_, _, o)| o).collect(),
+        next,
     })
 }
 
@@ -451,15 +532,9 @@ async fn remove(
 /// Waits (at most 3 s) until the gateway's cache of `r` shows what this request just did (the
 /// object there, or gone), so that a caller who lists right after a change sees it.
 async fn settle(g: &Gateway, r: Resource, namespace: &str, name: &str, present: bool) {
-    let Some(store) = g.caches.get(r.path) else {
-        return;
-    };
-    let key = ObjectRef::<DynamicObject>::new_with(name, api_resource(r)).within(namespace);
     for _ in 0..300 {
-        let there = store
-            .get(&key)
-            .is_some_and(|o| o.metadata.deletion_timestamp.is_none());
-        if there == present {
+        let there = with_kind!(r.kind, K => cached::<K>(&g.caches, namespace, name));
+        if there.is_none_or(|t| t == present) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;

@@ -11,19 +11,16 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt as _;
 use gryvia_reconcile::gateway::{
-    ClaimMapping, Identity, RateLimiter, candidate_tenants, identity_from_claims,
-    identity_from_key, tenant_namespace,
+    ClaimMapping, Identity, RateLimiter, candidate_tenants, identity_from_claims, identity_from_key,
 };
 use gryvia_types::GryviaTenant;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::Api;
-use kube::api::{DynamicObject, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::api::PostParams;
+use kube::runtime::reflector::Store;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -32,6 +29,7 @@ use super::api::{ApiError, AuthConfig};
 use super::apikeys::KeyStore;
 use super::impersonate::Impersonation;
 use super::oidc::{OidcConfig, OidcVerifier};
+use crate::cache::{Caches, wait_ready};
 use crate::metrics::{Health, Metrics};
 use crate::{Error, Result};
 
@@ -83,8 +81,8 @@ pub struct Gateway {
     pub(super) keys: KeyStore,
     limiter: Mutex<RateLimiter>,
     pub(super) tenants: Store<GryviaTenant>,
-    /// A watch cache per served kind (by its path segment), lists are answered from.
-    pub(super) caches: HashMap<&'static str, Store<DynamicObject>>,
+    /// The watch caches of the served kinds, lists are answered from.
+    pub(super) caches: Caches,
     access: Mutex<HashMap<String, (bool, Instant)>>,
     pub(super) validator: gryvia_types::validation::Validator,
     pub(super) metrics: Metrics,
@@ -149,23 +147,13 @@ impl Gateway {
             ),
         };
         let keys = KeyStore::start(&base, &config.keys_namespace).await?;
-        let tenants = watch(
-            Api::<GryviaTenant>::all(base.clone()),
-            reflector::store::Writer::default(),
-            "GryviaTenants".to_owned(),
-        )
-        .await?;
-        let mut caches = HashMap::new();
-        for r in super::routes::RESOURCES {
-            let ar = super::routes::api_resource(r);
-            let store = watch(
-                Api::<DynamicObject>::all_with(base.clone(), &ar),
-                reflector::store::Writer::new(ar.clone()),
-                format!("{}s", r.kind),
-            )
-            .await?;
-            caches.insert(r.path, store);
-        }
+        // The operators' shared watch caches: the tenants, and every kind the gateway lists.
+        let caches = Caches::new(base.clone());
+        let tenants = caches.store::<GryviaTenant>();
+        let served = super::routes::register_caches(&caches);
+        tokio::spawn(caches.run());
+        wait_ready(&tenants, "GryviaTenant").await?;
+        served.await?;
         let metrics = Metrics::new();
         let requests = Family::<RouteLabels, Counter>::default();
         let auth_failures = Family::<ReasonLabels, Counter>::default();
@@ -262,7 +250,7 @@ impl Gateway {
         let mut out = Vec::new();
         for t in candidate_tenants(identity, &all) {
             if self
-                .may_use_namespace(identity, &tenant_namespace(&t))
+                .may_use_namespace(identity, &gryvia_reconcile::tenancy::namespace_of(&t))
                 .await
             {
                 out.push(t);
@@ -347,46 +335,6 @@ impl Gateway {
             e
         })
     }
-}
-
-/// Starts a watch (with the gateway's own identity) into a store and waits for the first list.
-async fn watch<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    what: String,
-) -> Result<Store<K>>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let store = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    let label = what.clone();
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::warn!(error = %e, watch = %label, "gateway watch");
-            }
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
-        .await
-        .map_err(|_| Error::Timeout {
-            what: format!("the first list of {what}"),
-            after: Duration::from_secs(30),
-        })?
-        .map_err(|e| Error::Invalid(format!("watch of {what}: {e}")))?;
-    Ok(store)
 }
 
 /// Authenticates every `/api/v1` request (except the login configuration), rate-limits it
