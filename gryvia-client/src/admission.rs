@@ -824,3 +824,324 @@ mod tests {
         assert_eq!(selector(&None), json!({}));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! `AdmissionReview` bodies are untrusted input (issue #25): whatever the API server, or
+    //! anything that reaches the webhook port, sends. [`CASES`] bodies per property: near-valid
+    //! jobs with one field of any type, arbitrary JSON, and model-registry reviews. The claim:
+    //! no panic, a well-formed review response with the request's uid, a reason on every denial,
+    //! and a mutation patch that applies to the object it was made for.
+
+    use base64::Engine as _;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher::Event;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const CASES: u32 = 5_000;
+
+    /// A ready store holding `objects`.
+    fn ready<K>(objects: Vec<Value>) -> Store<K>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Default,
+    {
+        let (reader, mut writer) = store::<K>();
+        writer.apply_watcher_event(&Event::Init);
+        for o in objects {
+            let obj: K = serde_json::from_value(o).expect("a fixture of the kind");
+            writer.apply_watcher_event(&Event::InitApply(obj));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        reader
+    }
+
+    /// Namespaces `team-a` (tenant `acme`), `free` (no tenant) and `ghost` (a tenant not in
+    /// the cache: the facts are unavailable, the fail-open or fail-closed path).
+    fn state(fail_closed: bool, admission_gate: bool) -> WebhookState {
+        let ns = |name: &str, tenant: Option<&str>| {
+            let labels = tenant.map_or_else(|| json!({}), |t| json!({labels::TENANT: t}));
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": name, "labels": labels}})
+        };
+        let caches = Caches {
+            namespaces: ready(vec![
+                ns("team-a", Some("acme")),
+                ns("free", None),
+                ns("ghost", Some("gone")),
+            ]),
+            tenants: ready(vec![json!({
+                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaTenant",
+                "metadata": {"name": "acme"},
+                "spec": {"displayName": "Acme", "allowedSkus": ["h100"],
+                         "governance": {"dataClassification": "confidential"},
+                         "priorities": {"default": "low"}}})]),
+            skus: ready(vec![json!({
+                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaGpuSku",
+                "metadata": {"name": "h100"},
+                "spec": {"gpuProduct": "NVIDIA-H100-80GB-HBM3", "pricePerGpuHour": "4.10"}})]),
+            quotas: ready(Vec::new()),
+            templates: ready(Vec::new()),
+            reservations: ready(Vec::new()),
+            budgets: ready(Vec::new()),
+            records: ready(Vec::new()),
+            priorities: ready(vec![
+                json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority",
+                       "metadata": {"name": "low"}, "spec": {"value": 10}}),
+                json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaPriority",
+                       "metadata": {"name": "high"}, "spec": {"value": 100_000}}),
+            ]),
+        };
+        WebhookState {
+            caches,
+            fail_closed,
+            admission_gate,
+            metrics: Metrics::new(),
+        }
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-2i64..20).prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[ -~]{0,12}".prop_map(Value::from),
+            prop::sample::select(vec!["h100", "NVIDIA-H100-80GB-HBM3", "pytorch", "low"])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["name", "value", "key", "effect", "x"]),
+                    inner,
+                    0..3
+                )
+                .prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    /// Metadata labels or annotations: absent, null, or a map with Gryvia's keys among others.
+    fn meta_map() -> impl Strategy<Value = Option<Value>> {
+        prop::option::of(prop_oneof![
+            Just(Value::Null),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    labels::TEMPLATE,
+                    labels::RESERVATION,
+                    labels::PRIORITY_CLASS,
+                    labels::DATA_CLASSIFICATION,
+                    "a/b~c",
+                    "x",
+                ]),
+                prop_oneof![
+                    Just("low".to_owned()),
+                    Just("high".to_owned()),
+                    "[ -~]{0,8}"
+                ],
+                0..3,
+            )
+            .prop_map(|m| json!(m)),
+        ])
+    }
+
+    /// A job as the API server would send it (a valid one), with up to three spec fields set to
+    /// values of any type (the webhook sees what the schema let through, and in a broken
+    /// cluster, anything).
+    fn job() -> impl Strategy<Value = Value> {
+        let key = prop::sample::select(vec![
+            "activeDeadlineSeconds",
+            "args",
+            "command",
+            "env",
+            "framework",
+            "gpuFraction",
+            "gpuType",
+            "gpus",
+            "image",
+            "nodeSelector",
+            "priority",
+            "replicas",
+            "templateRef",
+            "tolerations",
+            "type",
+            "bogus",
+        ]);
+        (
+            prop::collection::vec((key, value()), 0..3),
+            meta_map(),
+            meta_map(),
+            prop::option::of("[a-z0-9-]{0,20}"),
+        )
+            .prop_map(|(fields, labels, annotations, name)| {
+                let mut spec = json!({"image": "train:1", "gpus": 1, "gpuType": "h100"});
+                for (k, v) in fields {
+                    spec[k] = v;
+                }
+                let mut metadata = json!({});
+                if let Some(n) = name {
+                    metadata["name"] = json!(n);
+                }
+                if let Some(l) = labels {
+                    metadata["labels"] = l;
+                }
+                if let Some(a) = annotations {
+                    metadata["annotations"] = a;
+                }
+                json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+                       "metadata": metadata, "spec": spec})
+            })
+    }
+
+    fn review_body() -> impl Strategy<Value = Value> {
+        let structured = (
+            prop_oneof![
+                Just(Value::Null),
+                "[a-f0-9-]{0,36}".prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+            ],
+            prop::option::of(
+                prop::sample::select(vec!["team-a", "free", "ghost", "nowhere", ""])
+                    .prop_map(str::to_owned),
+            ),
+            prop_oneof![8 => job(), 1 => value()],
+            prop::option::of("[ -~]{0,12}"),
+        )
+            .prop_map(|(uid, namespace, object, user)| {
+                let mut request = json!({"uid": uid, "object": object,
+                                         "operation": "CREATE"});
+                if let Some(n) = namespace {
+                    request["namespace"] = json!(n);
+                }
+                if let Some(u) = user {
+                    request["userInfo"] = json!({"username": u});
+                }
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": request})
+            });
+        prop_oneof![9 => structured, 1 => value()]
+    }
+
+    /// The properties every answer keeps, and the patched object when there is a patch.
+    fn check(body: &Value, out: &Value) -> std::result::Result<Option<Value>, TestCaseError> {
+        prop_assert_eq!(&out["apiVersion"], "admission.k8s.io/v1");
+        prop_assert_eq!(&out["kind"], "AdmissionReview");
+        let response = &out["response"];
+        prop_assert_eq!(&response["uid"], &body["request"]["uid"]);
+        let allowed = response["allowed"].as_bool();
+        prop_assert!(allowed.is_some(), "allowed is a bool: {response}");
+        if allowed == Some(false) {
+            let m = response["status"]["message"].as_str().unwrap_or("");
+            prop_assert!(!m.is_empty(), "a denial says why: {response}");
+        }
+        let Some(patch) = response["patch"].as_str() else {
+            return Ok(None);
+        };
+        prop_assert_eq!(&response["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .map_err(|e| TestCaseError::fail(format!("patch not base64: {e}")))?;
+        let ops: json_patch::Patch = serde_json::from_slice(&bytes)
+            .map_err(|e| TestCaseError::fail(format!("patch not RFC 6902: {e}")))?;
+        let mut object = body["request"]["object"].clone();
+        json_patch::patch(&mut object, &ops).map_err(|e| {
+            TestCaseError::fail(format!("patch does not apply to {object}: {e}: {ops:?}"))
+        })?;
+        Ok(Some(object))
+    }
+
+    /// The fixture world does mutate a plain job, so the patch property above is exercised.
+    #[test]
+    fn the_fixture_world_patches_a_plain_job_of_the_tenant() {
+        let body = json!({"request": {"uid": "u1", "namespace": "team-a", "object": {
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+            "metadata": {"name": "j"}, "spec": {"image": "train:1", "gpus": 1, "framework": "pytorch"}}}});
+        let out = review(&state(false, false), Hook::Mutate, &body);
+        let object = check(&body, &out).unwrap().expect("a patch");
+        assert_eq!(
+            object["metadata"]["labels"][labels::DATA_CLASSIFICATION],
+            "confidential"
+        );
+        assert_eq!(
+            object["metadata"]["annotations"][labels::PRIORITY_CLASS],
+            "low"
+        );
+        assert!(
+            object["spec"]["env"]
+                .as_array()
+                .is_some_and(|e| !e.is_empty())
+        );
+        let registry = json!({"request": {"uid": "u2", "userInfo": {"username": "alice"}, "object": {
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaModelRegistry",
+            "metadata": {"name": "m", "namespace": "team-a"},
+            "spec": {"modelName": "m",
+                     "versions": [{"version": "v1", "uri": "s3://m/v1", "stage": "production"}]}}}});
+        let out = review_registry(&registry, jiff::Timestamp::UNIX_EPOCH);
+        assert!(
+            check(&registry, &out).unwrap().is_some(),
+            "a stage change is audited: {out}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The job webhooks, fail-open and fail-closed, gate on and off.
+        #[test]
+        fn job_reviews_are_well_formed_and_mutations_apply(
+            body in review_body(),
+            fail_closed in any::<bool>(),
+            gate in any::<bool>(),
+        ) {
+            let state = state(fail_closed, gate);
+            let validated = review(&state, Hook::Validate, &body);
+            prop_assert!(check(&body, &validated)?.is_none(), "validation never patches");
+            let mutated = review(&state, Hook::Mutate, &body);
+            if let Some(object) = check(&body, &mutated)? {
+                // A patched job is still a job, and the patch is complete: asking again adds nothing.
+                let job: GryviaAIJob = serde_json::from_value(object.clone())
+                    .map_err(|e| TestCaseError::fail(format!("patched object is no job: {e}")))?;
+                let mut again = body.clone();
+                again["request"]["object"] = serde_json::to_value(&job).unwrap_or_default();
+                let second = review(&state, Hook::Mutate, &again);
+                prop_assert!(second["response"]["patch"].is_null(), "second patch: {second}");
+            }
+        }
+
+        /// The model registry's audit webhook.
+        #[test]
+        fn registry_reviews_are_well_formed_and_mutations_apply(
+            uid in "[a-f0-9-]{0,36}",
+            object in value(),
+            old in prop::option::of(value()),
+            stage in prop::sample::select(vec!["development", "staging", "production", "archived", "bogus"]),
+            user in prop::option::of("[ -~]{0,12}"),
+        ) {
+            // A registry with one version whose stage is drawn, or anything at all.
+            let registry = json!({
+                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaModelRegistry",
+                "metadata": {"name": "m", "namespace": "team-a"},
+                "spec": {"modelName": "m",
+                         "versions": [{"version": "v1", "uri": "s3://m/v1", "stage": stage}]}});
+            let mut body = json!({"request": {"uid": uid, "object": registry,
+                                               "oldObject": old.unwrap_or(Value::Null)}});
+            if let Some(u) = user {
+                body["request"]["userInfo"] = json!({"username": u});
+            }
+            let out = review_registry(&body, jiff::Timestamp::UNIX_EPOCH);
+            check(&body, &out)?;
+            body["request"]["object"] = object;
+            let out = review_registry(&body, jiff::Timestamp::UNIX_EPOCH);
+            check(&body, &out)?;
+        }
+    }
+}

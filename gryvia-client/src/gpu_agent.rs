@@ -19,7 +19,7 @@
 //!     gpus: []                     # per-GPU overrides, by index
 //!   - gpus:
 //!       - {index: 3, eccDoubleBit: 2, xidEvents: [{code: 48}]}
-//!     observedAgeSeconds: 0        # optional: backdate observedAt (a frozen reading)
+//!     observedAgeSeconds: 0        # optional: backdate observedAt (a frozen reading), 0-10 years
 //! afterRemediation:                # optional: frames played once a step of this kind succeeds
 //!   gpu-reset:
 //!     - gpus: []
@@ -124,6 +124,9 @@ pub struct Frame {
     pub observed_age_seconds: i64,
 }
 
+/// The most a frame may backdate its readings: ten years.
+const MAX_OBSERVED_AGE_SECONDS: i64 = 10 * 365 * 86_400;
+
 const GPU_FIELDS: [&str; 13] = [
     "index",
     "uuid",
@@ -177,6 +180,12 @@ impl Trace {
                 .flat_map(|fs| fs.iter().map(|f| ("afterRemediation", f))),
         );
         for (i, (list, frame)) in all.enumerate() {
+            if !(0..=MAX_OBSERVED_AGE_SECONDS).contains(&frame.observed_age_seconds) {
+                return Err(bad(format!(
+                    "{list} (frame {i}): observedAgeSeconds {} is outside 0-{MAX_OBSERVED_AGE_SECONDS} (ten years)",
+                    frame.observed_age_seconds
+                )));
+            }
             for g in &frame.gpus {
                 let what = format!("{list} (frame {i}) gpu");
                 check_fields(&what, g)?;
@@ -196,7 +205,10 @@ impl Trace {
             .iter()
             .chain(trace.after_remediation.values().flatten())
         {
-            trace.render(frame, "check", now)?;
+            trace.render(frame, "check", now).map_err(|e| match e {
+                Error::Trace { reason, .. } => bad(reason),
+                other => other,
+            })?;
         }
         Ok(trace)
     }
@@ -211,7 +223,15 @@ impl Trace {
         node: &str,
         now: jiff::Timestamp,
     ) -> Result<Vec<GpuObservation>> {
-        let observed = now - jiff::SignedDuration::from_secs(frame.observed_age_seconds);
+        let observed = now
+            .checked_sub(jiff::SignedDuration::from_secs(frame.observed_age_seconds))
+            .map_err(|e| Error::Trace {
+                path: "trace".to_owned(),
+                reason: format!(
+                    "observedAgeSeconds: {} backdates {now} out of range: {e}",
+                    frame.observed_age_seconds
+                ),
+            })?;
         let mut out = Vec::new();
         for index in 0..self.gpu_count {
             let mut g = json!({
@@ -239,10 +259,10 @@ impl Trace {
             g["index"] = json!(index);
             g["observedAt"] = json!(Time(observed));
             if let Some(xids) = g.get_mut("xidEvents").and_then(Value::as_array_mut) {
-                for x in xids {
-                    if x.get("observedAt").is_none() {
-                        x["observedAt"] = json!(Time(observed));
-                    }
+                // A non-object entry is left for the deserialisation below to refuse.
+                for x in xids.iter_mut().filter_map(Value::as_object_mut) {
+                    x.entry("observedAt")
+                        .or_insert_with(|| json!(Time(observed)));
                 }
             }
             out.push(serde_json::from_value(g).map_err(|e| Error::Trace {

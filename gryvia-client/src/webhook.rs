@@ -68,6 +68,130 @@ pub fn sign_standard(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> Strin
     )
 }
 
+/// Why a delivery's signature does not verify.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// A header is not of the form its scheme defines.
+    #[error("{header}: {reason}")]
+    Malformed {
+        /// The header.
+        header: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `webhook-timestamp` is further from now than the tolerance allows (a replay or a
+    /// skewed clock).
+    #[error("webhook-timestamp: {timestamp} is {off} s from now, beyond the {tolerance} s allowed")]
+    Stale {
+        /// The header's timestamp.
+        timestamp: i64,
+        /// Its distance from now, in seconds.
+        off: u64,
+        /// The tolerance, in seconds.
+        tolerance: u64,
+    },
+    /// No signature matches the body under the secret.
+    #[error("{header}: no signature matches the body under the configured secret")]
+    Mismatch {
+        /// The header.
+        header: &'static str,
+    },
+}
+
+/// How far `webhook-timestamp` may be from the receiver's clock, as the Standard Webhooks
+/// reference libraries allow: five minutes.
+pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// Verifies an `X-Gryvia-Signature` value (`sha256=<hex>`) of `body` under `secret` (its
+/// bytes as stored), comparing in constant time.
+///
+/// # Errors
+/// [`VerifyError::Malformed`] when the value is not `sha256=` and 64 hex digits,
+/// [`VerifyError::Mismatch`] when it is not the body's HMAC.
+pub fn verify(secret: &[u8], body: &[u8], header: &str) -> std::result::Result<(), VerifyError> {
+    const HEADER: &str = "x-gryvia-signature";
+    let malformed = |reason: &str| VerifyError::Malformed {
+        header: HEADER,
+        reason: reason.to_owned(),
+    };
+    let digest = header
+        .trim()
+        .strip_prefix("sha256=")
+        .ok_or_else(|| malformed("expected sha256=<hex>"))?;
+    let digest = hex::decode(digest).map_err(|_| malformed("the digest is not hex"))?;
+    if digest.len() != 32 {
+        return Err(malformed("the digest is not 32 bytes"));
+    }
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("hmac takes any key length"));
+    mac.update(body);
+    mac.verify_slice(&digest)
+        .map_err(|_| VerifyError::Mismatch { header: HEADER })
+}
+
+/// Verifies the Standard Webhooks headers of one delivery: `webhook-timestamp` within
+/// `tolerance` of `now` (seconds since the epoch), and one of the space-separated `v1,<base64>`
+/// signatures of `webhook-signature` matching `id.timestamp.body` under the secret (a
+/// `whsec_<base64>` secret means the bytes it encodes, see [`standard_key`]). Signatures of
+/// other versions are skipped, as the specification asks; comparisons are constant-time.
+///
+/// # Errors
+/// [`VerifyError::Malformed`] for a timestamp that is not a number or a signature list with
+/// no `v1` entry, [`VerifyError::Stale`] outside the tolerance, [`VerifyError::Mismatch`]
+/// when no `v1` signature matches.
+pub fn verify_standard(
+    secret: &[u8],
+    id: &str,
+    timestamp: &str,
+    signatures: &str,
+    body: &[u8],
+    now: i64,
+    tolerance: Duration,
+) -> std::result::Result<(), VerifyError> {
+    use base64::Engine as _;
+    let ts: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::Malformed {
+            header: "webhook-timestamp",
+            reason: format!("{timestamp:?} is not seconds since the epoch"),
+        })?;
+    let off = now.abs_diff(ts);
+    if off > tolerance.as_secs() {
+        return Err(VerifyError::Stale {
+            timestamp: ts,
+            off,
+            tolerance: tolerance.as_secs(),
+        });
+    }
+    let key = standard_key(secret);
+    let candidates: Vec<Vec<u8>> = signatures
+        .split_whitespace()
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .filter_map(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .collect();
+    if candidates.is_empty() {
+        return Err(VerifyError::Malformed {
+            header: "webhook-signature",
+            reason: "no v1,<base64> signature".to_owned(),
+        });
+    }
+    let matches = candidates.iter().any(|sig| {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key)
+            .unwrap_or_else(|_| unreachable!("hmac takes any key length"));
+        mac.update(format!("{id}.{ts}.").as_bytes());
+        mac.update(body);
+        mac.verify_slice(sig).is_ok()
+    });
+    if matches {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch {
+            header: "webhook-signature",
+        })
+    }
+}
+
 /// The signature headers of one delivery attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signatures {
@@ -274,6 +398,120 @@ mod tests {
         assert_eq!(s.timestamp, 1_614_265_330);
         // The guide's header keeps the secret's bytes as stored.
         assert_eq!(s.gryvia, sign(secret, body));
+    }
+
+    #[test]
+    fn the_reference_vector_verifies_and_a_changed_byte_or_an_old_timestamp_does_not() {
+        let secret = b"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+        let body = br#"{"test": 2432232314}"#;
+        let sig = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+        let ts = 1_614_265_330;
+        let check = |sigs: &str, body: &[u8], now: i64| {
+            verify_standard(
+                secret,
+                id,
+                "1614265330",
+                sigs,
+                body,
+                now,
+                TIMESTAMP_TOLERANCE,
+            )
+        };
+        assert_eq!(check(sig, body, ts), Ok(()));
+        // Several signatures (a rotated secret): any v1 match passes; other versions skipped.
+        assert_eq!(
+            check(&format!("v1a,xyz v1,AAAA {sig}"), body, ts + 300),
+            Ok(())
+        );
+        assert_eq!(
+            check(sig, br#"{"test": 2432232315}"#, ts),
+            Err(VerifyError::Mismatch {
+                header: "webhook-signature"
+            })
+        );
+        assert!(matches!(
+            check(sig, body, ts + 301),
+            Err(VerifyError::Stale { off: 301, .. })
+        ));
+        assert!(matches!(
+            check("v2,abc", body, ts),
+            Err(VerifyError::Malformed {
+                header: "webhook-signature",
+                ..
+            })
+        ));
+        assert!(matches!(
+            verify_standard(secret, id, "soon", sig, body, ts, TIMESTAMP_TOLERANCE),
+            Err(VerifyError::Malformed {
+                header: "webhook-timestamp",
+                ..
+            })
+        ));
+        // The guide's header, RFC 4231 test case 2.
+        let rfc = "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
+        assert_eq!(
+            verify(b"Jefe", b"what do ya want for nothing?", rfc),
+            Ok(())
+        );
+        assert_eq!(
+            verify(b"Jefe", b"what do ya want for nothing!", rfc),
+            Err(VerifyError::Mismatch {
+                header: "x-gryvia-signature"
+            })
+        );
+        assert!(verify(b"Jefe", b"", "sha256=5bdc").is_err());
+        assert!(verify(b"Jefe", b"", "md5=00").is_err());
+    }
+
+    mod fuzz {
+        //! Webhook signature verification on untrusted headers and bodies (issue #25):
+        //! [`CASES`] inputs per property, no panic, and only the sender's own signature passes.
+
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        const CASES: u32 = 5_000;
+
+        fn header_text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                ".{0,80}",
+                "(v1,[A-Za-z0-9+/=]{0,50} ?){0,4}",
+                "sha256=[0-9a-fA-F]{0,70}",
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn any_headers_are_answered_and_only_a_sender_signature_passes(
+                secret in prop::collection::vec(any::<u8>(), 0..40),
+                body in prop::collection::vec(any::<u8>(), 0..200),
+                id in ".{0,30}",
+                ts in any::<i64>(),
+                timestamp in prop_oneof![any::<i64>().prop_map(|t| t.to_string()), ".{0,20}"],
+                signature in header_text(),
+                now in any::<i64>(),
+            ) {
+                // Untrusted headers: an answer, never a panic, and no forged pass.
+                prop_assert!(verify(&secret, &body, &signature).is_err());
+                let forged = verify_standard(&secret, &id, &timestamp, &signature, &body, now, TIMESTAMP_TOLERANCE);
+                prop_assert!(forged.is_err());
+                // What the sender signs verifies; one changed body byte does not.
+                let sent = Signatures::of(&secret, &id, ts, &body);
+                prop_assert_eq!(verify(&secret, &body, &sent.gryvia), Ok(()));
+                prop_assert_eq!(
+                    verify_standard(&secret, &id, &ts.to_string(), &sent.standard, &body, ts, TIMESTAMP_TOLERANCE),
+                    Ok(())
+                );
+                let mut tampered = body.clone();
+                tampered.push(b' ');
+                prop_assert!(verify(&secret, &tampered, &sent.gryvia).is_err());
+                prop_assert!(verify_standard(&secret, &id, &ts.to_string(), &sent.standard, &tampered, ts, TIMESTAMP_TOLERANCE).is_err());
+            }
+        }
     }
 
     #[test]
