@@ -1000,7 +1000,7 @@ impl Agent {
     async fn remediate(&mut self, request: RemediationRequest, sample: &Sample) -> Result<()> {
         let started = jiff::Timestamp::now();
         info!(id = %request.id, action = ?request.action, gpus = ?request.gpu_indices, "remediation step requested");
-        self.last_result = Some(RemediationResult {
+        let before = self.last_result.replace(RemediationResult {
             id: request.id.clone(),
             action: request.action,
             phase: StepPhase::Running,
@@ -1008,7 +1008,13 @@ impl Agent {
             finished_at: None,
             message: None,
         });
-        self.write_status(sample).await?;
+        // Running is reported before the step runs; when that write fails the step has not
+        // started, and the request stays unanswered for the next round (else a transient API
+        // error would lose the step: the next round takes the request as answered).
+        if let Err(e) = self.write_status(sample).await {
+            self.last_result = before;
+            return Err(e);
+        }
         let limit = Duration::from_secs(u64::try_from(request.timeout_seconds.max(1)).unwrap_or(1));
         let outcome =
             match tokio::time::timeout(limit, self.executor.execute(&self.config.node, &request))

@@ -121,7 +121,19 @@ class Dex:
                                      headers={"Authorization": f"Basic {auth}"})
         ctx = ssl.create_default_context(cafile=self.ca)
         with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-            return json.loads(resp.read())["id_token"]
+            token = json.loads(resp.read())["id_token"]
+        record_secret(f"Dex client secret of {client}", secret)
+        record_secret(f"the signature of {user}'s token", token.rsplit(".", 1)[-1])
+        return token
+
+
+def record_secret(what, value):
+    """Records a secret handed to the system under test, for scripts/check-logs-for-secrets to
+    look for in every E2E log (as testsupport's record_secret does for the Rust tests)."""
+    path = ROOT / "target" / "e2e-secrets.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(f"{what.replace(chr(9), ' ')}\t{value}\n")
 
 
 @pytest.fixture(scope="session")

@@ -111,10 +111,15 @@ impl Dex {
             "scope=openid email groups profile",
             &format!("{}/token", self.issuer),
         ])?;
-        answer["id_token"]
+        let token = answer["id_token"]
             .as_str()
             .map(str::to_owned)
-            .with_context(|| format!("Dex gave no id_token for {user}: {answer}"))
+            .with_context(|| format!("Dex gave no id_token for {user}: {answer}"))?;
+        crate::record_secret(&format!("Dex client secret of {client}"), secret);
+        if let Some(signature) = token.rsplit('.').next() {
+            crate::record_secret(&format!("the signature of {user}'s token"), signature);
+        }
+        Ok(token)
     }
 
     /// An ID token of `user` for the `gryvia` client (the gateway's audience).

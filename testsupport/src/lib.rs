@@ -800,6 +800,26 @@ impl Drop for ServiceAccountAccess {
     }
 }
 
+/// Where E2E tests record the secret values they hand to the system under test, one
+/// `what<TAB>value` line each, for `scripts/check-logs-for-secrets` to grep every E2E log for
+/// (the value and its base64, as a Secret's `data` holds it).
+pub const SECRETS_RECORD: &str = "target/e2e-secrets.tsv";
+
+/// Records `value` (a signing key, a token, an API key's secret) as one that must never
+/// appear in a log; `what` names it in the check's report. Best effort: a record that cannot
+/// be written fails the later check (too few secrets), never this test.
+pub fn record_secret(what: &str, value: &str) {
+    use std::io::Write as _;
+    let path = repo_root().join(SECRETS_RECORD);
+    let line = format!("{}\t{}\n", what.replace(['\t', '\n'], " "), value);
+    // One write of one short line under O_APPEND: tests running at once do not interleave.
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+}
+
 /// A binary under test started against the test control plane (`KUBECONFIG` set), its
 /// standard error in `target/e2e-logs/<log_name>.log`; killed (SIGKILL) on drop, and when
 /// dropped by a failing test, the end of its log and whether it had exited are printed with

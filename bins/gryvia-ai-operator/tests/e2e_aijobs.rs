@@ -138,6 +138,7 @@ impl Setup {
     /// Creates Secret `name` of the test namespace with `value` under the key `secret` (a job
     /// hook's signing key).
     async fn hook_secret(&self, name: &str, value: &str) {
+        gryvia_testsupport::record_secret(&format!("job hook signing key {name}"), value);
         let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
             "metadata": {"name": name}, "stringData": {"secret": value}
         }))

@@ -208,6 +208,7 @@ async fn a_metered_gpu_job_alerts_and_blocks_its_budget_the_gate_rejects_new_job
     // The receiver of the budget alerts and of the invoice's webhook verifies every delivery
     // with the Standard Webhooks reference library.
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    gryvia_testsupport::record_secret("the budget alerts' signing key", secret);
     let hooks = StandardReceiver::start(secret);
     let invoice_name = unique("e2e-chain-invoice");
     objects.invoices.push(invoice_name.clone());

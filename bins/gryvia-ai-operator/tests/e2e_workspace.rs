@@ -204,6 +204,7 @@ async fn a_notebook_waits_for_quota_is_culled_when_idle_keeping_its_storage_then
         .unwrap();
     let token = String::from_utf8(secret.data.unwrap()[TOKEN_KEY].0.clone()).unwrap();
     assert_eq!(token.len(), 32);
+    gryvia_testsupport::record_secret("the notebook's access token", &token);
 
     // The real server where the pod's IP is.
     let _address = LocalAddress::add(&ip);

@@ -37,6 +37,10 @@ async fn a_key_is_shown_once_stored_hashed_listed_and_revoked() {
     let key = out.lines().next().unwrap().trim().to_owned();
     assert!(key.starts_with("gryvia_"), "{out}");
     let id = key.split('_').nth(1).unwrap().to_owned();
+    gryvia_testsupport::record_secret(
+        "the secret part of an API key made by the CLI",
+        key.rsplit('_').next().unwrap(),
+    );
 
     let secret = Api::<Secret>::namespaced(client.clone(), &ns.name)
         .get(&format!("gryvia-apikey-{id}"))
