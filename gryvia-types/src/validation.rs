@@ -168,12 +168,40 @@ impl Validator {
                 message: "Required value".to_owned(),
             });
         }
+        // CEL rules are evaluated, as the API server does, beside errors of value (a range,
+        // a pattern, an enum, a duplicate), but not on an object of the wrong shape (a wrong
+        // type, a missing required field, an unknown field), where they would read what is not
+        // there.
+        // Nor, as the API server, when a value is outside its enum or a string, list or map
+        // over its declared bound: the rules' types and cost are estimated from those ("some
+        // validation rules were not checked because the object was invalid").
+        let mut misshapen = false;
+        let mut too_long = Vec::new();
         for e in compiled.schema.iter_errors(object) {
-            errors.push(field_error(&e));
+            use jsonschema::error::ValidationErrorKind as K;
+            misshapen |= matches!(
+                e.kind(),
+                K::Type { .. }
+                    | K::Required { .. }
+                    | K::Enum { .. }
+                    | K::MaxLength { .. }
+                    | K::MaxItems { .. }
+                    | K::MaxProperties { .. }
+            );
+            let error = field_error(&e);
+            if matches!(e.kind(), K::MaxLength { .. }) {
+                too_long.push(error.path.clone());
+            }
+            errors.push(error);
         }
+        // A string over its length is only that (the API server checks no pattern of it).
+        errors.retain(|e| !(too_long.contains(&e.path) && e.message.contains("should match")));
+        let before = errors.len();
         structural_checks(&compiled.openapi, object, "", &mut errors);
-        // CEL rules only make sense on a structurally valid object.
-        if errors.is_empty()
+        misshapen |= errors[before..]
+            .iter()
+            .any(|e| e.message == "unknown field");
+        if !misshapen
             && let Err(cel_errors) = kube_cel::validate_compiled(&compiled.cel, object, old)
         {
             for e in cel_errors.into_vec() {
@@ -267,7 +295,7 @@ fn field_error(e: &jsonschema::ValidationError<'_>) -> FieldError {
         }
         K::MaxItems { limit } => format!("Too many: must have at most {limit} items"),
         K::MinItems { limit } => format!("Required value: must have at least {limit} items"),
-        K::MaxLength { limit } => format!("Too long: may not be longer than {limit}"),
+        K::MaxLength { limit } => format!("Too long: may not be more than {limit} bytes"),
         K::MinLength { limit } => {
             format!("Invalid value: {value}: must be at least {limit} characters")
         }
@@ -425,16 +453,19 @@ fn list_duplicates(schema: &Value, items: &[Value], path: &str, errors: &mut Vec
             _ => None,
         }
     };
+    // Each duplicated value once, at its first repeat, as the API server reports them.
     let mut seen: Vec<Value> = Vec::new();
+    let mut reported: Vec<Value> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let Some(id) = identity(item) else { return };
-        if seen.contains(&id) {
+        if !seen.contains(&id) {
+            seen.push(id);
+        } else if !reported.contains(&id) {
             errors.push(FieldError {
                 path: format!("{path}[{i}]"),
                 message: format!("Duplicate value: {id}"),
             });
-        } else {
-            seen.push(id);
+            reported.push(id);
         }
     }
 }
@@ -442,6 +473,39 @@ fn list_duplicates(schema: &Value, items: &[Value], path: &str, errors: &mut Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn paths(v: &Validator, spec: Value) -> Vec<String> {
+        let hook = serde_json::json!({"apiVersion": crate::API_VERSION, "kind": "GryviaJobHook",
+            "metadata": {"name": "h", "namespace": "d"}, "spec": spec});
+        v.validate(&hook)
+            .err()
+            .map(|e| e.errors.into_iter().map(|f| f.path).collect())
+            .unwrap_or_default()
+    }
+
+    /// As the API server (found by the differential validation test): CEL rules are checked
+    /// beside a value out of range, not on a wrong type or beside an unknown field, and each
+    /// duplicate of a set once.
+    #[test]
+    fn cel_rules_run_beside_range_errors_but_not_on_a_misshapen_object() {
+        let v = Validator::new().unwrap();
+        let base = serde_json::json!({"events": ["Failed"], "url": "http://h.example/x", "secretRef": {"name": "s"}});
+        let mut out_of_range = base.clone();
+        out_of_range["timeoutSeconds"] = serde_json::json!(430);
+        assert_eq!(paths(&v, out_of_range), ["spec", "spec.timeoutSeconds"]);
+        let mut wrong_type = base.clone();
+        wrong_type["timeoutSeconds"] = serde_json::json!("soon");
+        assert_eq!(paths(&v, wrong_type), ["spec.timeoutSeconds"]);
+        let mut unknown = base;
+        unknown["bogus"] = serde_json::json!(1);
+        assert_eq!(paths(&v, unknown), ["spec.bogus"]);
+        let collector = serde_json::json!({"apiVersion": crate::API_VERSION,
+            "kind": "GryviaCollectorConfig", "metadata": {"name": "c"},
+            "spec": {"programs": ["tcp-flows", "tcp-flows", "cgroup-traffic", "tcp-flows"]}});
+        let e = v.validate(&collector).unwrap_err();
+        let dup: Vec<&str> = e.errors.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(dup, ["spec.programs[1]"], "{e}");
+    }
 
     #[test]
     fn json_pointers_become_dotted_paths() {

@@ -619,6 +619,104 @@ async fn stale_observations_are_unknown_and_never_trigger_remediation() {
     assert!(!log.exists(), "no remediation command ran");
 }
 
+/// A fault of issue #25: the node agent stops (killed: its task aborted mid-report). Its last
+/// reading ages past `staleAfterSeconds`; the node is Unknown and nothing is done to it, run
+/// after run, with every remediation switched on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_agent_leaves_its_node_unknown_and_never_remediated() {
+    let Some(s) = Setup::new("agent-stop").await else {
+        return;
+    };
+    let nodes = KwokNodes::create(&s.client, "ghc-stop", 1, 4)
+        .await
+        .unwrap();
+    let node = nodes.names[0].clone();
+    let log = log_dir().join("dry-run-agent-stop.log");
+    let _ = std::fs::remove_file(&log);
+    let agents = start_agents(
+        &s.agent_client,
+        &[(node.clone(), write_trace("agent-stop", &node, HEALTHY))],
+        &log,
+    );
+    let check = format!("e2e-{}", nodes.group);
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "* * * * * *",
+            "staleAfterSeconds": 10,
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "drain": true, "autoRemediate": true, "consecutiveFailures": 1},
+            "remediation": {},
+            "maxQuarantinedPercent": 100
+        }),
+    )
+    .await;
+    wait_for(
+        "the node healthy while its agent reports",
+        Duration::from_secs(60),
+        // (The status lists unhealthy and unknown nodes; healthy ones are counted.)
+        || async {
+            api.get(&check)
+                .await
+                .ok()?
+                .status
+                .filter(|st| st.summary.healthy == 1 && st.nodes.is_empty())
+        },
+    )
+    .await
+    .unwrap();
+    drop(agents);
+    let stopped = tokio::time::Instant::now();
+    let r = wait_for(
+        "the node Unknown once its reading is stale",
+        Duration::from_secs(60),
+        || async {
+            result(&api, &check, &node)
+                .await
+                .filter(|r| r.verdict == Verdict::Unknown)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(5),
+        "not before the reading aged"
+    );
+    assert!(
+        r.reasons[0].contains("staleAfterSeconds 10"),
+        "{:?}",
+        r.reasons
+    );
+    // Several more runs: still Unknown, never a failure counted, the node untouched.
+    let mut runs = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while runs.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than five runs in 40s"
+        );
+        let st = api.get(&check).await.unwrap().status.unwrap();
+        let r = st.nodes.iter().find(|r| r.node == node).unwrap();
+        assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
+        assert_eq!(r.consecutive_failures, 0);
+        assert!(!r.quarantined && r.remediation.is_none(), "{r:?}");
+        runs.extend(st.last_run.map(|t| t.0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(node_state(&s.client, &node).await, (false, None));
+    let gpu_node = Api::<gryvia_types::GryviaGpuNode>::all(s.client.clone())
+        .get(&node)
+        .await
+        .unwrap();
+    assert!(
+        gpu_node.spec.remediation_request.is_none(),
+        "no step requested"
+    );
+    assert!(!log.exists(), "no remediation command ran");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[expect(
     clippy::too_many_lines,
