@@ -32,7 +32,7 @@ struct Setup {
     client: kube::Client,
     ns: TestNamespace,
     // Fields drop in declaration order: the operator is killed before the lock is released.
-    _operator: Process,
+    operator: Process,
     _access: ServiceAccountAccess,
     _lease_ns: TestNamespace,
     _serial: tokio::sync::MutexGuard<'static, ()>,
@@ -124,7 +124,7 @@ impl Setup {
         Some(Setup {
             client,
             ns,
-            _operator: operator,
+            operator,
             _access: access,
             _lease_ns: lease_ns,
             _serial: serial,
@@ -548,6 +548,54 @@ async fn a_priority_becomes_a_priority_class_that_annotated_jobs_run_with() {
     .await
     .unwrap();
     let _ = prios.delete(&name, &DeleteParams::default()).await;
+}
+
+/// A fault of issue #25: the admission webhook server goes down (the operator SIGKILLed,
+/// its webhook configurations left registered). Fail-open (the default, `failurePolicy:
+/// Ignore`) the API server admits jobs without it; `--webhook-fail-closed` (`Fail`) refuses
+/// them, naming the webhook. Both modes admit the same job while the server is up.
+#[tokio::test]
+async fn with_the_webhook_server_down_jobs_are_admitted_fail_open_and_refused_fail_closed() {
+    for fail_closed in [false, true] {
+        let (name, extra): (&str, &[&str]) = if fail_closed {
+            ("wh-closed", &["--webhook-fail-closed"])
+        } else {
+            ("wh-open", &[])
+        };
+        let Some((mut s, _hooks)) = Setup::with_webhooks(name, None, extra).await else {
+            return;
+        };
+        let job = |n: &str| -> GryviaAIJob {
+            serde_json::from_value(json!({
+                "metadata": {"name": n, "namespace": s.ns.name},
+                "spec": {"image": "img", "framework": "pytorch"}
+            }))
+            .unwrap()
+        };
+        // Up: admitted (the webhook answers as soon as its caches are synced).
+        wait_for(
+            "a job admitted while the webhook is up",
+            Duration::from_secs(30),
+            || {
+                let (jobs, j) = (s.jobs(), job("while-up"));
+                async move { jobs.create(&PostParams::default(), &j).await.ok() }
+            },
+        )
+        .await
+        .unwrap();
+        s.operator.kill();
+        let answer = s
+            .jobs()
+            .create(&PostParams::default(), &job("while-down"))
+            .await;
+        if fail_closed {
+            let e = answer.expect_err("fail-closed refuses while the webhook is down");
+            assert!(e.to_string().contains("failed calling webhook"), "{e}");
+            assert!(s.jobs().get_opt("while-down").await.unwrap().is_none());
+        } else {
+            answer.expect("fail-open admits while the webhook is down");
+        }
+    }
 }
 
 #[tokio::test]
