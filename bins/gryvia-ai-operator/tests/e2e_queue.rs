@@ -919,11 +919,13 @@ async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_g
         .await
         .unwrap();
     let (gold, silver) = (unique("gold"), unique("silver"));
-    // Same value: only the SLA tells them apart.
+    // Same value: only the SLA tells them apart. 15 s: long enough that the gold job admitted
+    // at once ("over") never breaches it on a loaded machine (with 5 s it did once in CI), short
+    // enough for the test.
     let _gold = tier(
         &s.client,
         &gold,
-        json!({"value": 100, "sla": {"maxQueueSeconds": 5}, "quotaOverride": {"percent": 50}}),
+        json!({"value": 100, "sla": {"maxQueueSeconds": 15}, "quotaOverride": {"percent": 50}}),
     )
     .await;
     let _silver = tier(&s.client, &silver, json!({"value": 100})).await;
@@ -978,7 +980,7 @@ async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_g
     assert_eq!(c.reason, "QueueTimeExceeded");
     assert!(
         c.message
-            .contains(&format!("past tier {gold}'s SLA of 5 s")),
+            .contains(&format!("past tier {gold}'s SLA of 15 s")),
         "{}",
         c.message
     );
