@@ -1034,6 +1034,9 @@ pub fn quota_object(quota: &GryviaQuota, namespace: &str) -> ResourceQuota {
     }
 }
 
+/// How soon a GryviaQuota that lists a namespace not there yet is looked at again.
+pub const MISSING_NAMESPACE_RECHECK: Duration = Duration::from_secs(5);
+
 /// The GryviaQuota reconcile.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuotaReconciler;
@@ -1092,6 +1095,9 @@ impl crate::Reconcile for QuotaReconciler {
                 now,
             );
         } else {
+            // A namespace's arrival re-reconciles the quota through the namespace watch; should
+            // that event come before the quota is in the cache, this look again catches it.
+            plan.requeue(MISSING_NAMESPACE_RECHECK);
             set(
                 &mut status,
                 conditions::READY,

@@ -500,6 +500,21 @@ fn a_quota_is_applied_in_existing_namespaces_and_reports_missing_ones() {
         gpus_used: BTreeMap::from([("a".to_owned(), 3), ("old".to_owned(), 1)]),
     };
     let plan = QuotaReconciler.reconcile(&q, &w, now());
+    // A namespace not there yet is looked for again within seconds, not at the minute's resync.
+    assert_eq!(
+        plan.requeue_after(),
+        Some(gryvia_reconcile::tenancy::MISSING_NAMESPACE_RECHECK)
+    );
+    let all_there = QuotaWorld {
+        existing_namespaces: BTreeSet::from(["a".to_owned(), "b".to_owned(), "c".to_owned()]),
+        ..w.clone()
+    };
+    assert!(
+        QuotaReconciler
+            .reconcile(&q, &all_there, now())
+            .requeue_after()
+            > Some(gryvia_reconcile::tenancy::MISSING_NAMESPACE_RECHECK)
+    );
     let nss: Vec<&str> = plan
         .apply
         .iter()
