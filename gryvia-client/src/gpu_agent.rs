@@ -127,7 +127,8 @@ pub struct Frame {
 /// The most a frame may backdate its readings: ten years.
 const MAX_OBSERVED_AGE_SECONDS: i64 = 10 * 365 * 86_400;
 
-const GPU_FIELDS: [&str; 13] = [
+/// The per-GPU fields a trace may set (those of `GpuObservation` but `observedAt`).
+pub const GPU_FIELDS: [&str; 13] = [
     "index",
     "uuid",
     "product",

@@ -434,6 +434,27 @@ fn agent(rig: &Rig, host: Arc<dyn RemediationExecutor>) -> Agent {
     )
 }
 
+/// Expects a round whose request was answered already: the node read, the storages listed,
+/// the status reported (the report answered with `report`).
+fn answered_round(rig: &Rig, report: Answer) {
+    rig.expect(|m, s| {
+        once(m, s, "GET", NODE, gpu_node());
+        once(m, s, "GET", STORAGES, no_storages());
+        once(m, s, "PATCH", NODE_STATUS, report);
+    });
+}
+
+/// Expects a round that runs the step: the node read, Running reported, the storages listed,
+/// the result reported.
+fn step_round(rig: &Rig) {
+    rig.expect(|m, s| {
+        once(m, s, "GET", NODE, gpu_node());
+        once(m, s, "PATCH", NODE_STATUS, gpu_node());
+        once(m, s, "GET", STORAGES, no_storages());
+        once(m, s, "PATCH", NODE_STATUS, gpu_node());
+    });
+}
+
 /// The `phase` of the remediation result in the last status the agent wrote.
 fn last_phase(log: &[String]) -> String {
     let last = log
@@ -473,28 +494,15 @@ async fn a_500_on_the_agents_running_report_keeps_the_step_for_the_next_round_an
     rig.done();
 
     // Round 2: Running reported, the step runs, Succeeded reported.
-    rig.expect(|m, s| {
-        once(m, s, "GET", NODE, gpu_node());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-        once(m, s, "GET", STORAGES, no_storages());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-    });
+    step_round(&rig);
     agent.tick().await.unwrap();
     assert_eq!(last_phase(&rig.done()), "Succeeded");
 
     // Round 3: the request is still in the spec, but answered: not run again.
-    rig.expect(|m, s| {
-        once(m, s, "GET", NODE, gpu_node());
-        once(m, s, "GET", STORAGES, no_storages());
-        once(m, s, "PATCH", NODE_STATUS, status(500, "InternalError"));
-    });
+    answered_round(&rig, status(500, "InternalError"));
     assert!(agent.tick().await.is_err());
     rig.done();
-    rig.expect(|m, s| {
-        once(m, s, "GET", NODE, gpu_node());
-        once(m, s, "GET", STORAGES, no_storages());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-    });
+    answered_round(&rig, gpu_node());
     agent.tick().await.unwrap();
     // The failed report of round 3 lost nothing: the result is reported again.
     assert_eq!(last_phase(&rig.done()), "Succeeded");
@@ -517,12 +525,7 @@ impl RemediationExecutor for HungHost {
 async fn a_host_command_that_hangs_fails_the_step_at_its_timeout_and_is_not_run_again() {
     let rig = Rig::new();
     let mut agent = agent(&rig, Arc::new(HungHost));
-    rig.expect(|m, s| {
-        once(m, s, "GET", NODE, gpu_node());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-        once(m, s, "GET", STORAGES, no_storages());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-    });
+    step_round(&rig);
     let started = tokio::time::Instant::now();
     agent.tick().await.unwrap();
     assert!(
@@ -532,11 +535,7 @@ async fn a_host_command_that_hangs_fails_the_step_at_its_timeout_and_is_not_run_
     let log = rig.done();
     assert_eq!(last_phase(&log), "Failed");
     assert!(log.last().unwrap().contains("timed out after 60s"));
-    rig.expect(|m, s| {
-        once(m, s, "GET", NODE, gpu_node());
-        once(m, s, "GET", STORAGES, no_storages());
-        once(m, s, "PATCH", NODE_STATUS, gpu_node());
-    });
+    answered_round(&rig, gpu_node());
     agent.tick().await.unwrap();
     assert_eq!(last_phase(&rig.done()), "Failed");
 }

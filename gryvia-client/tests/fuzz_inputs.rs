@@ -4,7 +4,7 @@
 //! `src/admission.rs`, webhook signatures in `src/webhook.rs`, the gateway's tokens and keys in
 //! `gryvia_reconcile::gateway` and `src/gateway/oidc.rs`.)
 
-use gryvia_client::gpu_agent::Trace;
+use gryvia_client::gpu_agent::{GPU_FIELDS, Trace};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -13,23 +13,9 @@ const CASES: u32 = 5_000;
 
 /// A GPU field name: the known ones and a stranger.
 fn gpu_key() -> impl Strategy<Value = String> {
-    prop::sample::select(vec![
-        "index",
-        "uuid",
-        "product",
-        "temperatureC",
-        "utilizationPercent",
-        "memoryUsedMiB",
-        "memoryTotalMiB",
-        "eccSingleBit",
-        "eccDoubleBit",
-        "nvlink",
-        "powerDrawWatts",
-        "powerLimitWatts",
-        "xidEvents",
-        "bogus",
-    ])
-    .prop_map(str::to_owned)
+    let mut keys = GPU_FIELDS.to_vec();
+    keys.push("bogus");
+    prop::sample::select(keys).prop_map(str::to_owned)
 }
 
 /// A value of any JSON type, numbers at the edges of their ranges included.

@@ -76,12 +76,17 @@ def running_ai_operator(kubeconfig, namespace, log_name, *extra):
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        _stop(proc, log)
+
+
+def _stop(proc, log):
+    """Stops a process this conftest started (SIGTERM, SIGKILL after 10 s) and closes its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
 
 
 @pytest.fixture
@@ -233,12 +238,7 @@ def gateway(client, kubeconfig, dex):
     else:
         pytest.fail(f"the gateway did not become ready; see {log.name}")
     yield GatewayEnv(url, dex, tenants["a"], tenants["b"])
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    _stop(proc, log)
     for name in tenants.values():
         client.delete("GryviaTenant", name)
         client.delete("Namespace", f"tenant-{name}", api_version="v1")

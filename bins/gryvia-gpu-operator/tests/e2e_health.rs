@@ -590,22 +590,7 @@ async fn stale_observations_are_unknown_and_never_trigger_remediation() {
     )
     .await;
     // Several runs pass with the node Unknown.
-    let mut runs = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    while runs.len() < 5 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "fewer than five runs in 40s"
-        );
-        if let Some(st) = api.get(&check).await.unwrap().status
-            && let Some(r) = st.nodes.first()
-            && r.reasons.iter().any(|x| x.contains("observation is"))
-        {
-            assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
-            runs.extend(st.last_run.map(|t| t.0));
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    stays_unknown_and_untouched(&s, &api, &check, &node, &log).await;
     let r = result(&api, &check, &node).await.unwrap();
     assert_eq!(r.verdict, Verdict::Unknown);
     assert!(
@@ -615,7 +600,46 @@ async fn stale_observations_are_unknown_and_never_trigger_remediation() {
     );
     assert_eq!(r.consecutive_failures, 0);
     assert!(!r.quarantined && r.remediation.is_none());
-    assert_eq!(node_state(&s.client, &node).await, (false, None));
+}
+
+/// Five runs of `check` in which `node`'s stale reading makes it Unknown, never a failure
+/// counted, never quarantined or remediated; then the node is uncordoned and untainted, no
+/// step was requested of its agent, and no remediation command ran (`log` absent).
+async fn stays_unknown_and_untouched(
+    s: &Setup,
+    api: &Api<GryviaHealthCheck>,
+    check: &str,
+    node: &str,
+    log: &std::path::Path,
+) {
+    let mut runs = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while runs.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than five runs in 40s"
+        );
+        if let Some(st) = api.get(check).await.unwrap().status
+            && let Some(r) = st.nodes.iter().find(|r| r.node == node)
+        {
+            assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
+            assert_eq!(r.consecutive_failures, 0);
+            assert!(!r.quarantined && r.remediation.is_none(), "{r:?}");
+            if r.reasons.iter().any(|x| x.contains("observation is")) {
+                runs.extend(st.last_run.map(|t| t.0));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(node_state(&s.client, node).await, (false, None));
+    let gpu_node = Api::<gryvia_types::GryviaGpuNode>::all(s.client.clone())
+        .get(node)
+        .await
+        .unwrap();
+    assert!(
+        gpu_node.spec.remediation_request.is_none(),
+        "no step requested"
+    );
     assert!(!log.exists(), "no remediation command ran");
 }
 
@@ -690,31 +714,7 @@ async fn a_stopped_node_agent_leaves_its_node_unknown_and_never_remediated() {
         r.reasons
     );
     // Several more runs: still Unknown, never a failure counted, the node untouched.
-    let mut runs = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    while runs.len() < 5 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "fewer than five runs in 40s"
-        );
-        let st = api.get(&check).await.unwrap().status.unwrap();
-        let r = st.nodes.iter().find(|r| r.node == node).unwrap();
-        assert_eq!(r.verdict, Verdict::Unknown, "{r:?}");
-        assert_eq!(r.consecutive_failures, 0);
-        assert!(!r.quarantined && r.remediation.is_none(), "{r:?}");
-        runs.extend(st.last_run.map(|t| t.0));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    assert_eq!(node_state(&s.client, &node).await, (false, None));
-    let gpu_node = Api::<gryvia_types::GryviaGpuNode>::all(s.client.clone())
-        .get(&node)
-        .await
-        .unwrap();
-    assert!(
-        gpu_node.spec.remediation_request.is_none(),
-        "no step requested"
-    );
-    assert!(!log.exists(), "no remediation command ran");
+    stays_unknown_and_untouched(&s, &api, &check, &node, &log).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
