@@ -1264,10 +1264,12 @@ async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes
     else {
         return;
     };
-    // A one-minute window every day at a minute at least 61 s away, held a minute ahead
-    // (computed once this test holds the lock).
+    // A one-minute window every day at a minute at least 150 s away, held a minute ahead
+    // (computed once this test holds the lock): the hold begins at least 90 s from now, so
+    // an operator slow to its first reconcile under load still reports Pending, unheld,
+    // first (CI once saw its first reconcile 30 s late, after a 61 s margin's hold began).
     let now = jiff::Timestamp::now();
-    let secs = (now + jiff::SignedDuration::from_secs(61)).as_second();
+    let secs = (now + jiff::SignedDuration::from_secs(150)).as_second();
     let opens = jiff::Timestamp::from_second((secs / 60 + 1) * 60).unwrap();
     let at = opens.to_zoned(jiff::tz::TimeZone::UTC);
     let _rsv = cluster_object::<gryvia_types::GryviaReservation>(
@@ -1295,7 +1297,7 @@ async fn a_recurring_window_is_held_ahead_by_its_lead_time_then_opens_and_closes
         &s.client,
         &rsv,
         "held ahead of the window",
-        Duration::from_secs(90),
+        Duration::from_secs(180),
         |st| !st.reserved_nodes.is_empty(),
     )
     .await;
