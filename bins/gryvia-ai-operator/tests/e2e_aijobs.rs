@@ -1375,11 +1375,17 @@ struct Received {
 
 /// A real HTTP receiver for job hooks on 127.0.0.1: `/ok` answers 200, `/flaky` answers 500
 /// to the first attempt of every delivery and 200 to the next, `/down` always 500. It records
-/// every request.
+/// every request. It can be stopped (its port refuses connections, open ones are closed) and
+/// started again on the same port.
 struct Receiver {
     url: String,
+    addr: std::net::SocketAddr,
+    app: axum::Router,
     got: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
-    task: tokio::task::JoinHandle<()>,
+    serving: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
 }
 
 impl Receiver {
@@ -1417,11 +1423,45 @@ impl Receiver {
             },
         ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        let mut rx = Receiver {
+            url: format!("http://{addr}"),
+            addr,
+            app,
+            got,
+            serving: None,
+        };
+        rx.serve(listener);
+        rx
+    }
+
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = self.app.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
         });
-        Receiver { url, got, task }
+        self.serving = Some((stop, task));
+    }
+
+    /// Down: the listener is closed and every open connection with it (idle keep-alive ones
+    /// at once), so a sender gets "connection refused".
+    async fn stop(&mut self) {
+        if let Some((stop, task)) = self.serving.take() {
+            let _ = stop.send(());
+            task.await.unwrap();
+        }
+    }
+
+    /// Up again, on the same port.
+    async fn restart(&mut self) {
+        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+        self.serve(listener);
     }
 
     fn on(&self, path: &str) -> Vec<Received> {
@@ -1437,7 +1477,9 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some((_, task)) = self.serving.take() {
+            task.abort();
+        }
     }
 }
 
@@ -2455,4 +2497,159 @@ async fn a_workflow_step_refused_by_the_admission_webhook_is_named_in_its_ready_
     let _ = Api::<gryvia_types::GryviaTenant>::all(s.client.clone())
         .delete(&tenant, &DeleteParams::default())
         .await;
+}
+
+/// How long the fault test keeps a hook receiver down: `GRYVIA_FAULT_RECEIVER_DOWN_SECS`, 30 s
+/// unless set (`scripts/faults` sets 300: five minutes).
+fn receiver_downtime() -> Duration {
+    Duration::from_secs(
+        std::env::var("GRYVIA_FAULT_RECEIVER_DOWN_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30),
+    )
+}
+
+#[tokio::test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_hook_receiver_that_was_down_gets_every_event_once_per_id_when_it_is_back() {
+    use gryvia_types::{DeliveryState, GryviaJobHook, HookEvent};
+    let down_for = receiver_downtime();
+    let Some(s) = Setup::start("hook-outage", &["--enable-job-hooks".to_owned()], None).await
+    else {
+        return;
+    };
+    let mut rx = Receiver::start().await;
+    s.hook_secret("outage-key", "outage-signing-key-7f3a").await;
+    s.create_hook(
+        "outage",
+        json!({"events": ["Started", "Succeeded", "Failed"],
+               "url": format!("{}/ok", rx.url), "allowInsecure": true,
+               "secretRef": {"name": "outage-key"}, "timeoutSeconds": 5, "maxAttempts": 20}),
+    )
+    .await;
+    // Down before anything happens: every event of these jobs meets a refused connection.
+    rx.stop().await;
+    let down_since = std::time::Instant::now();
+    let ok: Vec<String> = (0..4).map(|i| format!("ok-{i}")).collect();
+    let failing: Vec<String> = (0..2).map(|i| format!("fail-{i}")).collect();
+    for name in &ok {
+        s.submit(json!({"metadata": {"name": name},
+                        "spec": {"image": "registry.local/train:1", "gpus": 1}}))
+            .await;
+    }
+    for name in &failing {
+        s.submit(json!({"metadata": {"name": name},
+                        "spec": {"image": "registry.local/crash:1", "gpus": 1, "retryLimit": 0,
+                                 "podAnnotations": {"gryvia.io/testenv-fail": "true"}}}))
+            .await;
+    }
+    for name in &ok {
+        s.wait_phase(name, JobPhase::Succeeded, Duration::from_secs(120))
+            .await;
+    }
+    for name in &failing {
+        s.wait_phase(name, JobPhase::Failed, Duration::from_secs(120))
+            .await;
+    }
+    let hooks: Api<GryviaJobHook> = Api::namespaced(s.client.clone(), &s.ns.name);
+    let status = || {
+        let hooks = hooks.clone();
+        async move {
+            hooks
+                .get("outage")
+                .await
+                .ok()
+                .and_then(|h| h.status)
+                .unwrap_or_default()
+        }
+    };
+    // While it is down: attempts fail and are retried, nothing is delivered or given up.
+    let during = wait_for(
+        "every job's end to be a delivery that failed an attempt",
+        Duration::from_secs(90),
+        || async {
+            let st = status().await;
+            let ends = st
+                .deliveries
+                .iter()
+                .filter(|d| matches!(d.event, HookEvent::Succeeded | HookEvent::Failed))
+                .filter(|d| d.attempts >= 1)
+                .count();
+            (ends == ok.len() + failing.len()).then_some(st)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(during.delivered, 0);
+    assert_eq!(during.failed, 0, "nothing given up while down");
+    assert!(
+        during
+            .deliveries
+            .iter()
+            .all(|d| d.state == DeliveryState::Pending),
+        "{:?}",
+        during.deliveries
+    );
+    assert!(rx.on("/ok").is_empty());
+    tokio::time::sleep(down_for.saturating_sub(down_since.elapsed())).await;
+    let attempts_while_down: i32 = status().await.deliveries.iter().map(|d| d.attempts).sum();
+    rx.restart().await;
+    // Back: every event delivered, each id once, none given up. The backoff is capped at
+    // 5 minutes, so the last attempt before the receiver came back is at most that far away.
+    let after = wait_for(
+        "every delivery Delivered after the outage",
+        Duration::from_secs(330),
+        || async {
+            let st = status().await;
+            (!st.deliveries.is_empty()
+                && st
+                    .deliveries
+                    .iter()
+                    .all(|d| d.state == DeliveryState::Delivered))
+            .then_some(st)
+        },
+    )
+    .await
+    .unwrap();
+    let got = rx.on("/ok");
+    let mut ids: Vec<&str> = got.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    let distinct: std::collections::BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), ids.len(), "each id delivered once: {ids:?}");
+    let recorded: std::collections::BTreeSet<&str> =
+        after.deliveries.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(distinct, recorded, "what arrived is what the hook recorded");
+    assert_eq!(after.delivered, i64::try_from(got.len()).unwrap());
+    assert_eq!(after.failed, 0);
+    let mut events: Vec<(String, String)> = got.iter().map(event_of).collect();
+    events.sort();
+    for name in &ok {
+        for event in ["Started", "Succeeded"] {
+            assert!(
+                events.contains(&(name.clone(), event.to_owned())),
+                "{name} {event} in {events:?}"
+            );
+        }
+    }
+    for name in &failing {
+        assert!(events.contains(&(name.clone(), "Failed".to_owned())));
+    }
+    for r in &got {
+        assert_eq!(
+            r.signature,
+            hmac_hex(b"outage-signing-key-7f3a", &r.body),
+            "signature of {}",
+            r.id
+        );
+    }
+    println!(
+        "receiver down {:?}: {} deliveries, {attempts_while_down} attempts refused while down, \
+         each delivered once after",
+        down_since.elapsed().min(down_for),
+        got.len()
+    );
 }

@@ -97,6 +97,16 @@ fn start_agents(
     traces: &[(String, PathBuf)],
     log: &std::path::Path,
 ) -> Agents {
+    start_agents_every(client, traces, log, Duration::from_secs(1))
+}
+
+/// As [`start_agents`], each agent reporting every `every`.
+fn start_agents_every(
+    client: &kube::Client,
+    traces: &[(String, PathBuf)],
+    log: &std::path::Path,
+    every: Duration,
+) -> Agents {
     let mut handles = Vec::new();
     for (node, trace) in traces {
         let source = TraceSource::open(trace, node).unwrap();
@@ -106,7 +116,7 @@ fn start_agents(
         });
         let agent = Agent::new(
             client.clone(),
-            AgentConfig::new(node, Duration::from_secs(1)),
+            AgentConfig::new(node, every),
             Box::new(source),
             executor,
         );
@@ -869,4 +879,182 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
     .unwrap();
     assert_eq!(kinds.iter().filter(|k| *k == "ClusterRole").count(), 2);
     assert!(kinds.contains(&"Deployment".to_owned()) && kinds.contains(&"DaemonSet".to_owned()));
+}
+
+/// How many evictions of each pod of namespace `ns` the API server granted (answered 201), as
+/// testenv's audit log (`<state>/logs/audit*.log`, written by `testenv/up`) records them.
+fn evictions_granted(ns: &str) -> std::collections::BTreeMap<String, usize> {
+    let state = std::env::var_os("GRYVIA_TESTENV_KUBECONFIG")
+        .map(PathBuf::from)
+        .and_then(|k| k.parent().map(std::path::Path::to_path_buf))
+        .unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("logs"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
+        })
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "no audit log under {}: testenv/up of this tree writes one",
+        state.display()
+    );
+    let mut granted = std::collections::BTreeMap::new();
+    for file in files {
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let r = &e["objectRef"];
+            if e["stage"] == "ResponseComplete"
+                && r["resource"] == "pods"
+                && r["subresource"] == "eviction"
+                && r["namespace"] == ns
+                && e["responseStatus"]["code"] == 201
+            {
+                let name = r["name"].as_str().unwrap_or_default().to_owned();
+                *granted.entry(name).or_insert(0) += 1;
+            }
+        }
+    }
+    granted
+}
+
+/// A fault of issue #25 at fleet scale: 100 GPU nodes fail at once, a pod on each; the
+/// gpu-operator (two replicas under leader election) quarantines and drains them, and its
+/// leader is SIGKILLed mid-storm. The standby finishes: every node cordoned and tainted, every
+/// pod evicted, and each eviction granted exactly once (counted in the API server's audit log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, read top to bottom"
+)]
+async fn a_storm_of_100_failing_nodes_survives_a_leader_kill_and_evicts_each_pod_once() {
+    const NODES: usize = 100;
+    let Some(mut s) = Setup::new("hstorm").await else {
+        return;
+    };
+    // A standby beside the replica Setup started (identity "hstorm"), sharing its Lease.
+    let mut standby = Operator::start(&s.operator_access.kubeconfig, &s.ns.name, "hstorm-standby");
+    let nodes = KwokNodes::create(&s.client, "hstorm", NODES, 4)
+        .await
+        .unwrap();
+    let pods: Vec<String> = (0..NODES).map(|i| format!("w-{i:03}")).collect();
+    for (pod, node) in pods.iter().zip(&nodes.names) {
+        bind_pod(&s.client, &s.ns.name, pod, node, "hstorm")
+            .await
+            .unwrap();
+    }
+    let log = log_dir().join("dry-run-hstorm.log");
+    let _ = std::fs::remove_file(&log);
+    let traces: Vec<(String, PathBuf)> = nodes
+        .names
+        .iter()
+        .map(|n| (n.clone(), write_trace("hstorm", n, ECC_FOREVER)))
+        .collect();
+    let _agents = start_agents_every(&s.agent_client, &traces, &log, Duration::from_secs(5));
+    let check = format!("e2e-{}", nodes.group);
+    let api = create_check(
+        &s.client,
+        &check,
+        &nodes,
+        json!({
+            "schedule": "*/2 * * * * *",
+            "checks": [{"name": "ecc", "type": "gpu-ecc-errors", "threshold": {"max": 0}}],
+            "onFailure": {"cordon": true, "drain": true, "consecutiveFailures": 1},
+            "remediation": {},
+            "maxQuarantinedPercent": 100
+        }),
+    )
+    .await;
+    let quarantined = || {
+        let (client, check, names) = (s.client.clone(), check.clone(), nodes.names.clone());
+        async move {
+            let all = Api::<Node>::all(client)
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            Some(
+                all.items
+                    .iter()
+                    .filter(|n| names.iter().any(|x| Some(x) == n.metadata.name.as_ref()))
+                    .filter(|n| quarantine_of(n) == (true, Some(check.clone())))
+                    .count(),
+            )
+        }
+    };
+    // Mid-storm: the leader is SIGKILLed as soon as it quarantines a node.
+    wait_for("a node quarantined", Duration::from_secs(120), || async {
+        (quarantined().await? >= 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    let holder = leases
+        .get("gryvia-gpu-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap();
+    if holder == "hstorm" {
+        s.operator.kill();
+    } else {
+        standby.kill();
+    }
+    let at_kill = quarantined().await;
+    let evicted_at_kill = evictions_granted(&s.ns.name).len();
+    // The standby finishes: every node quarantined, every pod evicted.
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(s.client.clone(), &s.ns.name);
+    let done = wait_for(
+        "every node quarantined and every pod evicted",
+        Duration::from_secs(300),
+        || async {
+            let left = pod_api
+                .list(&ListParams::default().labels("app=hstorm"))
+                .await
+                .ok()?
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            (quarantined().await? == NODES && left == 0).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        done.is_ok(),
+        "{done:?}: {:?} quarantined",
+        quarantined().await
+    );
+    let st = api.get(&check).await.unwrap().status.unwrap();
+    assert_eq!(
+        st.nodes.iter().filter(|r| r.quarantined).count(),
+        NODES,
+        "the check records every node quarantined"
+    );
+    // Each pod evicted exactly once.
+    let granted = evictions_granted(&s.ns.name);
+    let twice: Vec<(&String, &usize)> = granted.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "evicted more than once: {twice:?}");
+    let evicted: Vec<&String> = granted.keys().collect();
+    assert_eq!(
+        evicted,
+        pods.iter().collect::<Vec<_>>(),
+        "every pod evicted"
+    );
+    println!(
+        "health storm: {NODES} failing nodes, leader {holder} SIGKILLed with {} quarantined \
+         and {evicted_at_kill} pods evicted: all {NODES} quarantined and drained by the \
+         standby, {} evictions granted, one per pod",
+        at_kill.unwrap_or(0),
+        granted.values().sum::<usize>()
+    );
 }

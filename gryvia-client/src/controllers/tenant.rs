@@ -41,6 +41,7 @@ pub struct TenantObserver {
     jobs: Store<Job>,
     ai_jobs: Store<GryviaAIJob>,
     nodes: Store<NodeMeta>,
+    client: kube::Client,
 }
 
 impl TenantObserver {
@@ -55,6 +56,7 @@ impl TenantObserver {
             jobs: c.store(),
             ai_jobs: c.store(),
             nodes: c.store(),
+            client: shared.client.clone(),
         }
     }
 
@@ -66,6 +68,39 @@ impl TenantObserver {
         wait_ready(&self.jobs, "Job").await?;
         wait_ready(&self.ai_jobs, "GryviaAIJob").await?;
         wait_ready(&self.nodes, "Node").await
+    }
+}
+
+impl TenantObserver {
+    /// Whether namespace `ns` holds a pod, a Job or a GryviaAIJob, as the API server has it
+    /// now (one item is enough: 0 or 1).
+    async fn live_workloads(&self, ns: &str) -> Result<usize> {
+        async fn any<K>(client: &kube::Client, ns: &str) -> Result<usize>
+        where
+            K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+                + Clone
+                + serde::de::DeserializeOwned
+                + std::fmt::Debug,
+        {
+            let params = kube::api::ListParams::default().limit(1);
+            kube::Api::<K>::namespaced(client.clone(), ns)
+                .list_metadata(&params)
+                .await
+                .map(|l| l.items.len())
+                .map_err(|source| crate::Error::Api {
+                    operation: format!("list {} in namespace {ns}", K::kind(&())),
+                    source,
+                })
+        }
+        let pods = any::<k8s_openapi::api::core::v1::Pod>(&self.client, ns).await?;
+        if pods > 0 {
+            return Ok(pods);
+        }
+        let jobs = any::<Job>(&self.client, ns).await?;
+        if jobs > 0 {
+            return Ok(jobs);
+        }
+        any::<GryviaAIJob>(&self.client, ns).await
     }
 }
 
@@ -119,6 +154,13 @@ impl Observe for TenantObserver {
         let gpus_by_type = gpus_by_product(pod_list.iter().map(AsRef::as_ref), &products);
         let jobs = in_namespace(&self.jobs, Some(&ns)).len();
         let ai_jobs = in_namespace(&self.ai_jobs, Some(&ns)).len();
+        let mut workloads = pods + jobs + ai_jobs;
+        // A deleted namespace cannot be brought back: before a deleted tenant's namespace is
+        // judged empty, the API server is asked rather than the caches, which may not hold a
+        // workload made a moment ago (CI saw a namespace deleted with such a pod in it).
+        if workloads == 0 && tenant.metadata.deletion_timestamp.is_some() {
+            workloads = self.live_workloads(&ns).await?;
+        }
         let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
         Ok(TenantWorld {
             tenants,
@@ -126,7 +168,7 @@ impl Observe for TenantObserver {
             gpus_in_use,
             gpus_by_type,
             pods: count(pods),
-            workloads: count(pods + jobs + ai_jobs),
+            workloads: count(workloads),
         })
     }
 }
