@@ -800,6 +800,77 @@ impl Drop for ServiceAccountAccess {
     }
 }
 
+/// How many requests of `verb` on `resource` (`pods/eviction` for a subresource) the API
+/// server answered with `code`, per object name, in namespace `namespace` (`None`: any, or
+/// cluster-scoped), as testenv's audit log records them: `<state>/logs/audit*.log`, which
+/// `testenv/up` writes (every resource request at Metadata level), rotated files first. A
+/// side effect counted where it happens, whoever made it: evictions granted per pod,
+/// PriorityClasses created per name.
+///
+/// # Errors
+/// When there is no control plane, or no audit log beside its kubeconfig.
+pub fn audit_count(
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    code: u16,
+) -> Result<std::collections::BTreeMap<String, usize>> {
+    use std::io::BufRead;
+    let Cluster::Ready { kubeconfig } = cluster() else {
+        bail!("no control plane")
+    };
+    let dir = kubeconfig
+        .parent()
+        .context("the kubeconfig has no directory")?
+        .join("logs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("read {}", dir.display()))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
+        })
+        .collect();
+    // Rotated files (audit-<time>.log) sort before the current one (audit.log).
+    files.sort();
+    if files.is_empty() {
+        bail!(
+            "no audit log in {}: testenv/up of this tree writes one",
+            dir.display()
+        );
+    }
+    let (base, sub) = resource.split_once('/').unwrap_or((resource, ""));
+    let verb_field = format!("\"verb\":\"{verb}\"");
+    let mut counts = std::collections::BTreeMap::new();
+    for file in files {
+        let reader = std::io::BufReader::new(
+            std::fs::File::open(&file).with_context(|| format!("open {}", file.display()))?,
+        );
+        for line in reader.lines() {
+            let line = line.with_context(|| format!("read {}", file.display()))?;
+            // Most lines are other requests: parse only those that can match.
+            if !line.contains(&verb_field) || !line.contains(base) {
+                continue;
+            }
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue; // a line cut by a crash of the API server (the restart tests)
+            };
+            let r = &e["objectRef"];
+            let matches = e["stage"] == "ResponseComplete"
+                && r["resource"] == base
+                && r["subresource"].as_str().unwrap_or_default() == sub
+                && namespace.is_none_or(|ns| r["namespace"] == ns)
+                && e["responseStatus"]["code"] == code;
+            if matches {
+                let name = r["name"].as_str().unwrap_or_default().to_owned();
+                *counts.entry(name).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(counts)
+}
+
 /// Where E2E tests record the secret values they hand to the system under test, one
 /// `what<TAB>value` line each, for `scripts/check-logs-for-secrets` to grep every E2E log for
 /// (the value and its base64, as a Secret's `data` holds it).

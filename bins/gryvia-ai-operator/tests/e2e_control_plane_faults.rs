@@ -1,10 +1,12 @@
 //! End-to-end faults under a storm (issue #25): the ai-operator (two replicas: job hooks, the
 //! native queue scheduler) and the quota-operator (two replicas: tenants, metering) run a storm
-//! of 300 GPU jobs in a queue, watched by a job hook, and 200 new tenants. Mid-storm both leaders
-//! are SIGKILLed, then the kube-apiserver is killed and started again after an outage, then
-//! etcd (and KWOK, the simulated kubelets, after it). Afterwards nothing is stuck, lost or done
-//! twice: every job reaches its final phase with one admission, one batch Job and one usage
-//! record; every tenant is Ready; every job's end reached the hook's receiver under one id.
+//! of 300 GPU jobs in a queue, watched by a job hook, and 200 new tenants; ten priority tiers
+//! change their values (each PriorityClass is replaced). Mid-storm both leaders are SIGKILLed,
+//! then the kube-apiserver is killed and started again after an outage, then etcd (and KWOK,
+//! the simulated kubelets, after it). Afterwards nothing is stuck, lost or done twice: every job
+//! reaches its final phase with one admission, one batch Job and one usage record; every tenant
+//! is Ready; every job's end reached the hook's receiver under one id; every PriorityClass was
+//! replaced exactly once.
 //!
 //! The only test of its file: it takes the control plane down, and cargo runs test files one
 //! after another, so no other test runs beside it.
@@ -21,11 +23,14 @@ use std::time::Duration;
 use gryvia_testsupport::{
     ClusterObject, KwokNodes, Process, ServiceAccountAccess, TestNamespace, unique, wait_for,
 };
-use gryvia_types::{GryviaAIJob, GryviaJobHook, GryviaTenant, GryviaUsageRecord, JobPhase};
+use gryvia_types::{
+    GryviaAIJob, GryviaJobHook, GryviaPriority, GryviaTenant, GryviaUsageRecord, JobPhase,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
@@ -36,6 +41,8 @@ const FAILING: usize = 60;
 const POD_SECONDS: u64 = 20;
 const NODES: usize = 40;
 const TENANTS: usize = 200;
+/// Priority tiers whose values change mid-storm (each PriorityClass is replaced).
+const TIERS: usize = 10;
 
 /// What a hook receiver was sent: per delivery id, how many POSTs and the (job, event) of the body.
 #[derive(Default)]
@@ -324,6 +331,43 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
         Some(serde_json::to_string(a).unwrap())
     });
 
+    // Priority tiers; their values change mid-storm, and a PriorityClass's value is immutable:
+    // each is replaced (deleted and made again).
+    let ptag = unique("storm-tier");
+    let tier_names: Vec<String> = (0..TIERS).map(|i| format!("{ptag}-{i}")).collect();
+    let mut _tiers = Vec::new();
+    for (i, name) in tier_names.iter().enumerate() {
+        _tiers.push(
+            ClusterObject::create::<GryviaPriority>(
+                &client,
+                json!({"metadata": {"name": name}, "spec": {"value": 1000 + i}}),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let class_values = || {
+        let (classes, names) = (classes.clone(), tier_names.clone());
+        async move {
+            let mut values = Vec::new();
+            for n in &names {
+                values.push(classes.get_opt(n).await.ok()?.map(|c| c.value));
+            }
+            Some(values)
+        }
+    };
+    let values_from = |base: i32| -> Vec<Option<i32>> {
+        (0..TIERS)
+            .map(|i| Some(base + i32::try_from(i).unwrap()))
+            .collect()
+    };
+    wait_for("the tiers' PriorityClasses", Duration::from_secs(60), || async {
+        (class_values().await? == values_from(1000)).then_some(())
+    })
+    .await
+    .unwrap();
+
     // The storm: 300 jobs and 200 tenants at once.
     let storm = storm_jobs(&ns.name, &product);
     let expected: BTreeMap<String, JobPhase> =
@@ -363,6 +407,18 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
     })
     .await
     .unwrap();
+    // The tiers' new values, just before the ai-operator's leader goes.
+    let tiers: Api<GryviaPriority> = Api::all(client.clone());
+    for (i, name) in tier_names.iter().enumerate() {
+        tiers
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"value": 2000 + i}})),
+            )
+            .await
+            .unwrap();
+    }
     // 1. Both leaders, SIGKILLed: the standbys take over.
     let ai_leader = kill_leader(&client, &lease_ns.name, "gryvia-ai-operator", &mut ai).await;
     let quota_leader =
@@ -465,6 +521,25 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
     .await
     .unwrap();
 
+    // Every PriorityClass replaced once: made by server-side apply (answered 201) twice, the
+    // first and the replacement, and deleted once (the API server's audit log).
+    let replaced = wait_for(
+        "every PriorityClass replaced with its new value",
+        Duration::from_secs(120),
+        || async { (class_values().await? == values_from(2000)).then_some(()) },
+    )
+    .await;
+    assert!(replaced.is_ok(), "values now: {:?}", class_values().await);
+    let made = gryvia_testsupport::audit_count("patch", "priorityclasses", None, 201).unwrap();
+    let deleted = gryvia_testsupport::audit_count("delete", "priorityclasses", None, 200).unwrap();
+    for n in &tier_names {
+        assert_eq!(
+            (made.get(n).copied(), deleted.get(n).copied()),
+            (Some(2), Some(1)),
+            "PriorityClass {n}: made twice (the first and its replacement), deleted once"
+        );
+    }
+
     // Nothing lost, nothing doubled.
     let doubled_records: Vec<(&String, &usize)> = records.iter().filter(|(_, n)| **n > 1).collect();
     assert!(doubled_records.is_empty(), "{doubled_records:?}");
@@ -496,7 +571,8 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
         "storm: {} jobs and {TENANTS} tenants through SIGKILLs of both leaders, a kube-apiserver \
          restart and an etcd restart: every job final ({} usage records, one each; {} batch \
          Jobs and {} admissions, none twice), every tenant Ready, {} job ends delivered under \
-         one id each ({reposts} repeated POSTs of an id, which a receiver drops by id)",
+         one id each ({reposts} repeated POSTs of an id, which a receiver drops by id), \
+         {TIERS} PriorityClasses replaced once each",
         expected.len(),
         records.len(),
         batch.len(),

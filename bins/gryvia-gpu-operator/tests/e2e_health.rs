@@ -882,46 +882,9 @@ async fn the_deploy_manifests_are_accepted_by_the_api_server() {
 }
 
 /// How many evictions of each pod of namespace `ns` the API server granted (answered 201), as
-/// testenv's audit log (`<state>/logs/audit*.log`, written by `testenv/up`) records them.
+/// testenv's audit log records them.
 fn evictions_granted(ns: &str) -> std::collections::BTreeMap<String, usize> {
-    let state = std::env::var_os("GRYVIA_TESTENV_KUBECONFIG")
-        .map(PathBuf::from)
-        .and_then(|k| k.parent().map(std::path::Path::to_path_buf))
-        .unwrap();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(state.join("logs"))
-        .unwrap()
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("audit") && n.ends_with(".log"))
-        })
-        .collect();
-    files.sort();
-    assert!(
-        !files.is_empty(),
-        "no audit log under {}: testenv/up of this tree writes one",
-        state.display()
-    );
-    let mut granted = std::collections::BTreeMap::new();
-    for file in files {
-        for line in std::fs::read_to_string(&file).unwrap().lines() {
-            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            let r = &e["objectRef"];
-            if e["stage"] == "ResponseComplete"
-                && r["resource"] == "pods"
-                && r["subresource"] == "eviction"
-                && r["namespace"] == ns
-                && e["responseStatus"]["code"] == 201
-            {
-                let name = r["name"].as_str().unwrap_or_default().to_owned();
-                *granted.entry(name).or_insert(0) += 1;
-            }
-        }
-    }
-    granted
+    gryvia_testsupport::audit_count("create", "pods/eviction", Some(ns), 201).unwrap()
 }
 
 /// A fault of issue #25 at fleet scale: 100 GPU nodes fail at once, a pod on each; the
