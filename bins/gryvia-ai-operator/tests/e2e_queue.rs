@@ -929,6 +929,19 @@ async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_g
     )
     .await;
     let _silver = tier(&s.client, &silver, json!({"value": 100})).await;
+    // Both tiers in force (their PriorityClasses made) before a job names one: the SLA clock
+    // of the gold job admitted at once must not run while its tier is still being set up (CI
+    // once saw an operator that had just started take 30 s to its first reconcile of a new
+    // tier, and that job breached the SLA too).
+    let tiers_api: Api<GryviaPriority> = Api::all(s.client.clone());
+    for t in [&gold, &silver] {
+        wait_object(&tiers_api, t, "its PriorityClass made", Duration::from_secs(90), |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|st| st.priority_class_name.is_some())
+        })
+        .await;
+    }
     let queue = s
         .queue(
             "tiers",
