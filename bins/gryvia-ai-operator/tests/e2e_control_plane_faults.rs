@@ -362,9 +362,11 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
             .map(|i| Some(base + i32::try_from(i).unwrap()))
             .collect()
     };
-    wait_for("the tiers' PriorityClasses", Duration::from_secs(60), || async {
-        (class_values().await? == values_from(1000)).then_some(())
-    })
+    wait_for(
+        "the tiers' PriorityClasses",
+        Duration::from_secs(60),
+        || async { (class_values().await? == values_from(1000)).then_some(()) },
+    )
     .await
     .unwrap();
 

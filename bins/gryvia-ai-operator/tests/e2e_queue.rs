@@ -935,11 +935,17 @@ async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_g
     // tier, and that job breached the SLA too).
     let tiers_api: Api<GryviaPriority> = Api::all(s.client.clone());
     for t in [&gold, &silver] {
-        wait_object(&tiers_api, t, "its PriorityClass made", Duration::from_secs(90), |p| {
-            p.status
-                .as_ref()
-                .is_some_and(|st| st.priority_class_name.is_some())
-        })
+        wait_object(
+            &tiers_api,
+            t,
+            "its PriorityClass made",
+            Duration::from_secs(90),
+            |p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|st| st.priority_class_name.is_some())
+            },
+        )
         .await;
     }
     let queue = s
