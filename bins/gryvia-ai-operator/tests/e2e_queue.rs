@@ -899,6 +899,25 @@ async fn the_leader_killed_during_a_burst_of_300_jobs_admits_each_exactly_once()
     );
 }
 
+/// Waits until each of `tiers` is in force: its PriorityClass made.
+async fn tiers_in_force(client: &kube::Client, tiers: &[&str]) {
+    let api: Api<gryvia_types::GryviaPriority> = Api::all(client.clone());
+    for t in tiers {
+        wait_object(
+            &api,
+            t,
+            "its PriorityClass made",
+            Duration::from_secs(90),
+            |p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|st| st.priority_class_name.is_some())
+            },
+        )
+        .await;
+    }
+}
+
 /// Creates GryviaPriority `name` with `spec`, deleted when the guard drops.
 async fn tier(client: &kube::Client, name: &str, spec: Value) -> gryvia_testsupport::ClusterObject {
     gryvia_testsupport::ClusterObject::create::<gryvia_types::GryviaPriority>(
@@ -929,25 +948,10 @@ async fn a_tier_exceeds_the_queue_quota_by_its_override_and_a_job_past_its_sla_g
     )
     .await;
     let _silver = tier(&s.client, &silver, json!({"value": 100})).await;
-    // Both tiers in force (their PriorityClasses made) before a job names one: the SLA clock
-    // of the gold job admitted at once must not run while its tier is still being set up (CI
-    // once saw an operator that had just started take 30 s to its first reconcile of a new
-    // tier, and that job breached the SLA too).
-    let tiers_api: Api<GryviaPriority> = Api::all(s.client.clone());
-    for t in [&gold, &silver] {
-        wait_object(
-            &tiers_api,
-            t,
-            "its PriorityClass made",
-            Duration::from_secs(90),
-            |p| {
-                p.status
-                    .as_ref()
-                    .is_some_and(|st| st.priority_class_name.is_some())
-            },
-        )
-        .await;
-    }
+    // Both tiers in force before a job names one: the SLA clock of the gold job admitted at
+    // once must not run while its tier is being set up (CI once saw an operator that had just
+    // started take 30 s to its first reconcile of a new tier; that job breached the SLA too).
+    tiers_in_force(&s.client, &[&gold, &silver]).await;
     let queue = s
         .queue(
             "tiers",
