@@ -800,6 +800,42 @@ impl Drop for ServiceAccountAccess {
     }
 }
 
+/// The state directory of the test's control plane (testenv's, where its kubeconfig is:
+/// `logs/`, `pids/`, the recorded command lines).
+///
+/// # Errors
+/// When there is no control plane.
+pub fn testenv_dir() -> Result<PathBuf> {
+    let Cluster::Ready { kubeconfig } = cluster() else {
+        bail!("no control plane")
+    };
+    Ok(kubeconfig
+        .parent()
+        .context("the kubeconfig has no directory")?
+        .to_path_buf())
+}
+
+/// Kills `component` of the test's control plane (SIGKILL) and starts it again after `down`
+/// seconds with `testenv/restart` (`etcd`, `kube-apiserver` or `kwok`), returning once it is
+/// ready; what the script said goes to stderr.
+///
+/// # Errors
+/// When there is no control plane or the restart fails (its output in the error).
+pub async fn testenv_restart(component: &str, down: u64) -> Result<()> {
+    let out = tokio::process::Command::new(repo_root().join("testenv/restart"))
+        .args([component, "--down", &down.to_string()])
+        .env("GRYVIA_TESTENV_DIR", testenv_dir()?)
+        .output()
+        .await
+        .with_context(|| format!("run testenv/restart {component}"))?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("testenv/restart {component}: {said}");
+    }
+    eprint!("{said}");
+    Ok(())
+}
+
 /// How many requests of `verb` on `resource` (`pods/eviction` for a subresource) the API
 /// server answered with `code`, per object name, in namespace `namespace` (`None`: any, or
 /// cluster-scoped), as testenv's audit log records them: `<state>/logs/audit*.log`, which
@@ -816,13 +852,7 @@ pub fn audit_count(
     code: u16,
 ) -> Result<std::collections::BTreeMap<String, usize>> {
     use std::io::BufRead;
-    let Cluster::Ready { kubeconfig } = cluster() else {
-        bail!("no control plane")
-    };
-    let dir = kubeconfig
-        .parent()
-        .context("the kubeconfig has no directory")?
-        .join("logs");
+    let dir = testenv_dir()?.join("logs");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("read {}", dir.display()))?
         .filter_map(|e| Some(e.ok()?.path()))

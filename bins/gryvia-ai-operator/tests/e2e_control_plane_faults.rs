@@ -86,28 +86,11 @@ async fn receiver() -> (String, Arc<Mutex<Got>>, tokio::task::JoinHandle<()>) {
     (url, got, task)
 }
 
-/// Kills `component` of the test environment (SIGKILL) and starts it again after `down` seconds
-/// (`testenv/restart`), returning once it is ready again.
-async fn restart(component: &'static str, down: u64) {
-    let Some(state) = std::env::var_os("GRYVIA_TESTENV_KUBECONFIG")
-        .map(std::path::PathBuf::from)
-        .and_then(|k| k.parent().map(std::path::Path::to_path_buf))
-    else {
-        panic!("GRYVIA_TESTENV_KUBECONFIG names the test environment's kubeconfig")
-    };
-    let script = gryvia_testsupport::repo_root().join("testenv/restart");
-    let out = tokio::process::Command::new(&script)
-        .args([component, "--down", &down.to_string()])
-        .env("GRYVIA_TESTENV_DIR", &state)
-        .output()
+/// Kills `component` of the test environment and starts it again after `down` seconds.
+async fn restart(component: &str, down: u64) {
+    gryvia_testsupport::testenv_restart(component, down)
         .await
         .unwrap();
-    assert!(
-        out.status.success(),
-        "testenv/restart {component}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// What a watch of `api` saw from now on: per object name, every distinct `key` of it (the UIDs a
@@ -149,18 +132,6 @@ where
         }
     });
     (seen, task)
-}
-
-/// The quota-operator cargo built beside the ai-operator (`cargo test --workspace` builds it).
-fn quota_operator_binary() -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator"))
-        .with_file_name("gryvia-quota-operator");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p gryvia-quota-operator` first",
-        path.display()
-    );
-    path
 }
 
 /// Two replicas of `binary` sharing one Lease in `lease_ns` (identities replica-0 and replica-1).
@@ -295,7 +266,7 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
         "ai-operator-storm",
     );
     let mut quota = replicas(
-        &quota_operator_binary(),
+        &common::sibling_binary("gryvia-quota-operator", "gryvia-quota-operator"),
         &lease_ns.name,
         &["--metering"],
         &quota_access,

@@ -38,17 +38,22 @@ pub fn gpu_job(name: &str, gpus: i32, workers: i32, product: &str, extra: &Value
     json!({"metadata": {"name": name}, "spec": spec})
 }
 
-/// The `gryvia` CLI cargo built beside the ai-operator (`cargo test --workspace` builds it;
-/// alone: `cargo build -p gryvia-cli`).
-pub fn cli() -> std::path::PathBuf {
+/// The binary `name` of package `package` that cargo built beside the ai-operator (`cargo test
+/// --workspace` builds every binary; alone: `cargo build -p <package>`).
+pub fn sibling_binary(name: &str, package: &str) -> std::path::PathBuf {
     let path =
-        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name("gryvia");
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-ai-operator")).with_file_name(name);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo build -p gryvia-cli` first (`cargo test --workspace` builds it)",
+        "{} is missing: run `cargo build -p {package}` first (`cargo test --workspace` builds it)",
         path.display()
     );
     path
+}
+
+/// The `gryvia` CLI cargo built beside the ai-operator.
+pub fn cli() -> std::path::PathBuf {
+    sibling_binary("gryvia", "gryvia-cli")
 }
 
 /// Runs the CLI with `args` against the test's control plane (its admin kubeconfig): whether
