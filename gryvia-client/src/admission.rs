@@ -30,7 +30,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::cache::NamespaceMeta;
+use crate::cache::{NamespaceMeta, ready_by};
 use crate::metrics::Metrics;
 use crate::{Error, Result, api_err};
 
@@ -80,23 +80,25 @@ impl Caches {
     /// # Errors
     /// [`Error::Timeout`] when a cache is not ready in time.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
-        let all = async {
-            let _ = self.namespaces.wait_until_ready().await;
-            let _ = self.tenants.wait_until_ready().await;
-            let _ = self.skus.wait_until_ready().await;
-            let _ = self.quotas.wait_until_ready().await;
-            let _ = self.templates.wait_until_ready().await;
-            let _ = self.reservations.wait_until_ready().await;
-            let _ = self.budgets.wait_until_ready().await;
-            let _ = self.records.wait_until_ready().await;
-            let _ = self.priorities.wait_until_ready().await;
-        };
-        tokio::time::timeout(timeout, all)
-            .await
-            .map_err(|_| Error::Timeout {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let ready = [
+            ready_by(&self.namespaces, deadline).await,
+            ready_by(&self.tenants, deadline).await,
+            ready_by(&self.skus, deadline).await,
+            ready_by(&self.quotas, deadline).await,
+            ready_by(&self.templates, deadline).await,
+            ready_by(&self.reservations, deadline).await,
+            ready_by(&self.budgets, deadline).await,
+            ready_by(&self.records, deadline).await,
+            ready_by(&self.priorities, deadline).await,
+        ];
+        if ready.iter().any(Result::is_err) {
+            return Err(Error::Timeout {
                 what: "the admission caches".to_owned(),
                 after: timeout,
-            })
+            });
+        }
+        Ok(())
     }
 
     /// The budgets in state `blocked` whose scope covers a job of `tenant` in `namespace`.

@@ -41,6 +41,9 @@ pub type NodeMeta = kube::core::PartialObjectMeta<Node>;
 /// How long [`wait_ready`] waits for a store's first listing.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often [`wait_ready`] looks at a store again while it waits.
+pub const READY_RECHECK: Duration = Duration::from_millis(100);
+
 type Key = (TypeId, String);
 
 /// The senders of a kind's subscriptions (`Vec<Subscriber<K>>`, type-erased).
@@ -384,23 +387,59 @@ impl Caches {
     }
 }
 
-/// Waits until `store` holds its first full listing.
+/// Why a store has no first listing yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// Not within the time given.
+    TimedOut,
+    /// Its watch stopped (the writer was dropped) before it listed.
+    Stopped,
+}
+
+/// Waits until `store` holds its first full listing, at most until `deadline`.
+///
+/// kube's `Store::wait_until_ready` wakes one waiter only: its readiness is a oneshot
+/// receiver, which keeps the waker of the last task that polled it. With several controllers
+/// (and kube's own controller runner) waiting on one store, the others would sleep until
+/// their timeouts fired (30 s seen at an operator's start). So each wait here looks again
+/// every [`READY_RECHECK`]: once any poll has seen the listing, every later one does.
 ///
 /// # Errors
-/// [`Error::Timeout`] naming `what` after [`READY_TIMEOUT`].
+/// [`NotReady`] when the deadline passes or the watch stopped first.
+pub async fn ready_by<K>(store: &Store<K>, deadline: tokio::time::Instant) -> Result<(), NotReady>
+where
+    K: reflector::Lookup + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        let now = tokio::time::Instant::now();
+        let step = deadline.saturating_duration_since(now).min(READY_RECHECK);
+        match tokio::time::timeout(step, store.wait_until_ready()).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(_)) => return Err(NotReady::Stopped),
+            Err(_) if tokio::time::Instant::now() >= deadline => return Err(NotReady::TimedOut),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Waits until `store` holds its first full listing (see [`ready_by`]).
+///
+/// # Errors
+/// [`Error::Timeout`] naming `what` after [`READY_TIMEOUT`], or at once when its watch
+/// stopped.
 pub async fn wait_ready<K>(store: &Store<K>, what: &str) -> Result<()>
 where
     K: reflector::Lookup + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    tokio::time::timeout(READY_TIMEOUT, store.wait_until_ready())
+    ready_by(store, tokio::time::Instant::now() + READY_TIMEOUT)
         .await
-        .map_err(|_| Error::Timeout {
-            what: format!("the {what} cache to fill"),
-            after: READY_TIMEOUT,
-        })?
-        .map_err(|_| Error::Timeout {
-            what: format!("the {what} cache to fill (its watch stopped)"),
+        .map_err(|why| Error::Timeout {
+            what: match why {
+                NotReady::TimedOut => format!("the {what} cache to fill"),
+                NotReady::Stopped => format!("the {what} cache to fill (its watch stopped)"),
+            },
             after: READY_TIMEOUT,
         })
 }
@@ -475,5 +514,36 @@ mod tests {
         trim(&mut job);
         assert!(job.metadata.managed_fields.is_none());
         assert_eq!(job.spec.env.len(), 1, "a job's own spec is read: kept");
+    }
+
+    /// kube's `Store::wait_until_ready` keeps one waker (a oneshot receiver's): of several
+    /// tasks waiting on one store, only the last to poll is woken when the listing lands.
+    /// Every waiter here must be done soon after, not when its timeout fires. (Paused time:
+    /// the clock read is tokio's, which only moves when every task waits on a timer.)
+    #[tokio::test(start_paused = true)]
+    async fn every_task_waiting_for_a_store_is_woken_when_its_listing_lands() {
+        let (store, mut writer) = reflector::store::<k8s_openapi::api::core::v1::Namespace>();
+        let started = tokio::time::Instant::now();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    wait_ready(&store, "Namespace").await.unwrap();
+                    started.elapsed()
+                })
+            })
+            .collect();
+        // Let every waiter poll (and register its waker) before the listing lands.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for w in waiters {
+            let waited = w.await.unwrap();
+            assert!(
+                waited <= READY_RECHECK,
+                "a waiter was woken {waited:?} after the listing, not within {READY_RECHECK:?}"
+            );
+        }
     }
 }
