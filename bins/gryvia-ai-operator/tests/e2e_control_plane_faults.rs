@@ -494,8 +494,12 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
     .await
     .unwrap();
 
-    // Every PriorityClass replaced once: made by server-side apply (answered 201) twice, the
-    // first and the replacement, and deleted once (the API server's audit log).
+    // Every PriorityClass replaced once and no more: its value is immutable, so the new value
+    // in force means it was deleted and made again; the API server's audit log shows no more
+    // churn than that: at most two applies answered 201 (the first and the replacement) and
+    // at most one delete answered 200. At most, not exactly: a write the API server answered
+    // with a timeout while etcd was down may have landed all the same (seen: the replacement's
+    // apply answered 504 and its retry 200, the object made all the same).
     let replaced = wait_for(
         "every PriorityClass replaced with its new value",
         Duration::from_secs(120),
@@ -506,10 +510,10 @@ async fn leaders_apiserver_and_etcd_killed_mid_storm_leave_nothing_stuck_lost_or
     let made = gryvia_testsupport::audit_count("patch", "priorityclasses", None, 201).unwrap();
     let deleted = gryvia_testsupport::audit_count("delete", "priorityclasses", None, 200).unwrap();
     for n in &tier_names {
-        assert_eq!(
-            (made.get(n).copied(), deleted.get(n).copied()),
-            (Some(2), Some(1)),
-            "PriorityClass {n}: made twice (the first and its replacement), deleted once"
+        let (made, deleted) = (made.get(n).copied(), deleted.get(n).copied());
+        assert!(
+            made.is_some_and(|m| (1..=2).contains(&m)) && deleted.unwrap_or(0) <= 1,
+            "PriorityClass {n}: made {made:?} times (at most twice: the first and its replacement), deleted {deleted:?} (at most once)"
         );
     }
 
