@@ -18,9 +18,7 @@ use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use serde_json::Value;
 
-use crate::{
-    ApiError, ConflictError, GryviaError, NotFoundError, Resource, ValidationError, to_json, to_py,
-};
+use crate::{ApiError, ConflictError, GryviaError, NotFoundError, ValidationError, to_json, to_py};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
@@ -90,7 +88,7 @@ fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
             .to_owned();
         let value = gryvia_types::crds::typed_value(value)
             .map_err(|e| GryviaError::new_err(format!("decode {name}: {e}")))?;
-        Ok(Py::new(py, Resource { value })?.into_any())
+        crate::kind_classes::typed_object(py, value)
     } else {
         to_py(py, &value)
     }
@@ -187,7 +185,7 @@ async fn op_list(
         return Python::attach(|py| {
             let list = pyo3::types::PyList::empty(py);
             for value in items {
-                list.append(Py::new(py, Resource { value })?)?;
+                list.append(crate::kind_classes::typed_object(py, value)?)?;
             }
             Ok(list.into_any().unbind())
         });

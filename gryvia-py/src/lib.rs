@@ -7,6 +7,7 @@
 //! it holds no domain logic of its own.
 
 mod client;
+mod kind_classes;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -180,7 +181,7 @@ fn normalize(value: &Value) -> PyResult<Value> {
 /// Build one with `Resource(dict)`, `Resource.from_dict(d)` or `Resource.from_yaml(text)`;
 /// read fields as attributes (`job.spec.retry_limit` or `job.spec.retryLimit`); get plain data
 /// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
-#[pyclass(module = "gryvia._gryvia", frozen)]
+#[pyclass(module = "gryvia._gryvia", frozen, subclass)]
 pub struct Resource {
     pub(crate) value: Value,
 }
@@ -241,21 +242,19 @@ impl Resource {
         })
     }
 
-    /// Builds and validates a resource from a dict.
+    /// Builds and validates a resource from a dict, as its kind's class.
     #[staticmethod]
-    fn from_dict(data: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Self::new(data)
+    fn from_dict(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        kind_classes::typed_object(py, normalize(&to_json(data)?)?)
     }
 
     /// Builds and validates a resource from YAML (one document).
     #[staticmethod]
-    fn from_yaml(text: &str) -> PyResult<Self> {
+    fn from_yaml(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
         let docs = gryvia_types::validation::parse_yaml_documents(text)
             .map_err(|e| ValidationError::new_err(format!("YAML: {e}")))?;
         match docs.as_slice() {
-            [one] => Ok(Resource {
-                value: normalize(one)?,
-            }),
+            [one] => kind_classes::typed_object(py, normalize(one)?),
             [] => Err(ValidationError::new_err("YAML: no document")),
             _ => Err(ValidationError::new_err(
                 "YAML: several documents; use gryvia.load_all",
@@ -368,11 +367,11 @@ fn validate(data: &Bound<'_, PyAny>) -> PyResult<()> {
 
 /// Every Gryvia object in a YAML stream, validated.
 #[pyfunction]
-fn load_all(text: &str) -> PyResult<Vec<Resource>> {
+fn load_all(py: Python<'_>, text: &str) -> PyResult<Vec<Py<PyAny>>> {
     let docs = gryvia_types::validation::parse_yaml_documents(text)
         .map_err(|e| ValidationError::new_err(format!("YAML: {e}")))?;
     docs.iter()
-        .map(|d| normalize(d).map(|value| Resource { value }))
+        .map(|d| kind_classes::typed_object(py, normalize(d)?))
         .collect()
 }
 
@@ -435,20 +434,19 @@ fn parse_now(now: Option<&str>) -> PyResult<jiff::Timestamp> {
 #[pyfunction]
 #[pyo3(signature = (template, name, namespace, params=None))]
 fn render_template(
+    py: Python<'_>,
     template: &Bound<'_, PyAny>,
     name: &str,
     namespace: &str,
     params: Option<BTreeMap<String, String>>,
-) -> PyResult<Resource> {
+) -> PyResult<Py<PyAny>> {
     let tpl: gryvia_types::GryviaTemplate = typed(template, "template")?;
     let job =
         gryvia_reconcile::template::render(&tpl, name, namespace, &params.unwrap_or_default())
             .map_err(|e| ValidationError::new_err(e.to_string()))?;
     // The CustomResource serializes its own apiVersion and kind.
     let value = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
-    Ok(Resource {
-        value: normalize(&value)?,
-    })
+    kind_classes::typed_object(py, normalize(&value)?)
 }
 
 /// Checks a GryviaTemplate as the ai-operator does for its `Valid` condition; raises
@@ -626,7 +624,7 @@ fn next_cron(schedule: &str, after: &str) -> PyResult<String> {
 /// Decodes the JSON body of a list response (`{"kind": "GryviaAIJobList", "items": [...]}`)
 /// into `Resource`s, each through its typed Rust struct (`gryvia_types::crds::typed_list`).
 #[pyfunction]
-fn decode_list(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Resource>> {
+fn decode_list(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
     let bytes: Vec<u8>;
     let body: &[u8] = if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
         b.as_bytes()
@@ -637,7 +635,10 @@ fn decode_list(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Resource
     let items = py
         .detach(|| gryvia_types::crds::typed_list(body))
         .map_err(|e| ValidationError::new_err(format!("list: {e}")))?;
-    Ok(items.into_iter().map(|value| Resource { value }).collect())
+    items
+        .into_iter()
+        .map(|value| kind_classes::typed_object(py, value))
+        .collect()
 }
 
 fn world<W: serde::de::DeserializeOwned + Default>(w: Option<&Bound<'_, PyAny>>) -> PyResult<W> {
@@ -989,6 +990,7 @@ fn _gryvia(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConflictError", py.get_type::<ConflictError>())?;
     m.add_class::<Resource>()?;
     m.add_class::<Object>()?;
+    kind_classes::register(m)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(load_all, m)?)?;
     m.add_function(wrap_pyfunction!(kinds, m)?)?;

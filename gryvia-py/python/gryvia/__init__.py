@@ -11,6 +11,8 @@ the Gryvia gateway (``gryvia.gateway``) for users without access to the cluster.
 """
 
 from .gateway import AsyncGatewayClient, GatewayClient, GatewayError
+from .objects import *  # noqa: F403  (GryviaAIJob ...: one class per kind)
+from .objects import KINDS as _KINDS
 from ._gryvia import (
     ApiError,
     AsyncClient,
@@ -94,4 +96,5 @@ __all__ = [
     "suggest",
     "reservation_window",
     "validate",
+    *_KINDS,
 ]
