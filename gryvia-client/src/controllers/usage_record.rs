@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use gryvia_reconcile::metering::{UsageRecordReconciler, UsageRecordWorld};
-use gryvia_types::{CachedPod, GryviaGpuNode, GryviaGpuSku, GryviaUsageRecord};
+use gryvia_types::{
+    CachedPod, GryviaAIJob, GryviaGpuNode, GryviaGpuSku, GryviaUsageRecord, labels,
+};
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -68,12 +70,29 @@ impl Observe for UsageRecordObserver {
     }
 }
 
+/// The usage record of the AI job a pod belongs to (its name from the job's name and UID, the
+/// job read from `jobs`); `None` for a pod of no AI job, or of one the cache does not hold.
+pub fn record_of_pod(
+    pod: &CachedPod,
+    jobs: &Store<GryviaAIJob>,
+) -> Option<ObjectRef<GryviaUsageRecord>> {
+    let name = pod.labels().get(labels::JOB_NAME)?;
+    let job = cached(jobs, pod.namespace().as_deref(), name)?;
+    let uid = job.metadata.uid.as_deref()?;
+    Some(ObjectRef::new(&gryvia_reconcile::metering::record_name(
+        name, uid,
+    )))
+}
+
 /// The usage record controller: a record is priced when its spec changes and again when its
-/// SKU changes in the catalogue.
+/// SKU changes in the catalogue, and sampled again when its job's pods change (a pod placed
+/// and running gives the first reading: a job shorter than the periodic resample would
+/// otherwise have none counted before its end).
 pub fn controller(shared: &Shared) -> Running {
     let c = &shared.caches;
     let records: Store<GryviaUsageRecord> = c.store();
     let of_sku = records.clone();
+    let jobs: Store<GryviaAIJob> = c.store();
     let ctrl = Controller::for_shared_stream(
         changed(c.subscribe::<GryviaUsageRecord>(), spec_or_lifecycle),
         records,
@@ -90,11 +109,57 @@ pub fn controller(shared: &Shared) -> Running {
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect::<Vec<_>>()
         },
-    );
+    )
+    .watches_shared_stream(c.subscribe::<CachedPod>(), move |pod: Arc<CachedPod>| {
+        record_of_pod(&pod, &jobs)
+    });
     let observer = UsageRecordObserver {
         skus: c.store(),
         pods: c.store(),
         gpu_nodes: c.store(),
     };
     Box::pin(run(ctrl, shared.context(UsageRecordReconciler, observer)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use kube::runtime::watcher;
+
+    #[test]
+    fn a_pod_of_an_ai_job_maps_to_its_jobs_usage_record_and_any_other_pod_to_none() {
+        let (jobs, mut writer) = kube::runtime::reflector::store::<GryviaAIJob>();
+        let job: GryviaAIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAIJob",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "1234abcd-5678-90ef-aaaa-bbbbccccdddd"},
+            "spec": {"image": "registry.local/train:1"}
+        }))
+        .unwrap();
+        writer.apply_watcher_event(&watcher::Event::Apply(job));
+        let pod = |namespace: &str, job: Option<&str>| CachedPod {
+            metadata: ObjectMeta {
+                name: Some("train-0".into()),
+                namespace: Some(namespace.into()),
+                labels: job.map(|j| [(labels::JOB_NAME.to_owned(), j.to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..CachedPod::default()
+        };
+        assert_eq!(
+            record_of_pod(&pod("ml", Some("train")), &jobs),
+            Some(ObjectRef::new("train-1234abcd"))
+        );
+        assert_eq!(record_of_pod(&pod("ml", None), &jobs), None, "no job label");
+        assert_eq!(
+            record_of_pod(&pod("other", Some("train")), &jobs),
+            None,
+            "another namespace's job"
+        );
+        assert_eq!(
+            record_of_pod(&pod("ml", Some("gone")), &jobs),
+            None,
+            "a job the cache does not hold"
+        );
+    }
 }
