@@ -4,15 +4,17 @@
 //! discovery, lists decoded straight into JSON, watches that report what changed) and
 //! `gryvia_client::ops::jobs` (submit and wait), running on one shared tokio runtime. The sync
 //! client waits with the GIL released and answers Ctrl-C; the async client hands out asyncio
-//! awaitables (pyo3-async-runtimes). Gryvia objects come back as `Resource` (decoded through
-//! their typed Rust struct); objects of other kinds as plain dicts.
+//! awaitables (pyo3-async-runtimes). Gryvia objects come back as objects of their kind's class
+//! (a list's items kept as the server's JSON and parsed when first read); objects of other
+//! kinds as plain dicts (a list's built straight from the body, `pyjson`).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use gryvia_client::resources::{EventType, Resources};
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
@@ -77,17 +79,11 @@ fn py_err(e: gryvia_client::Error) -> PyErr {
     }
 }
 
-/// An object the server returned, as Python data: `Resource` for Gryvia kinds (typed decode),
-/// a dict otherwise.
+/// An object the server returned, as Python data: an object of its kind's class for Gryvia
+/// kinds (as the server has it: the API server checked it against the same schemas), a dict
+/// otherwise.
 fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
     if crate::is_gryvia(&value) {
-        let name = value
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let value = gryvia_types::crds::typed_value(value)
-            .map_err(|e| GryviaError::new_err(format!("decode {name}: {e}")))?;
         crate::kind_classes::typed_object(py, value)
     } else {
         to_py(py, &value)
@@ -105,7 +101,10 @@ fn input(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
 fn api_version_of(kind: &str, api_version: Option<&str>) -> PyResult<String> {
     match api_version {
         Some(v) => Ok(v.to_owned()),
-        None if gryvia_types::crds::by_kind(kind).is_ok() => {
+        None if crate::gryvia_kinds()
+            .binary_search_by(|k| k.as_str().cmp(kind))
+            .is_ok() =>
+        {
             Ok(gryvia_types::API_VERSION.to_owned())
         }
         None => Err(ValidationError::new_err(format!(
@@ -173,34 +172,27 @@ async fn op_list(
     label_selector: Option<String>,
 ) -> PyResult<Py<PyAny>> {
     let (ns, sel) = (namespace.as_deref(), label_selector.as_deref());
-    if api_version == gryvia_types::API_VERSION {
-        // Gryvia kinds: the body straight into the typed structs (what decode_list does).
-        let (body, _) = s
-            .resources
-            .list_body(&api_version, &kind, ns, sel)
-            .await
-            .map_err(py_err)?;
-        let items = gryvia_types::crds::typed_list(body.as_bytes())
-            .map_err(|e| GryviaError::new_err(format!("decode the list of {kind}: {e}")))?;
-        return Python::attach(|py| {
-            let list = pyo3::types::PyList::empty(py);
-            for value in items {
-                list.append(crate::kind_classes::typed_object(py, value)?)?;
-            }
-            Ok(list.into_any().unbind())
-        });
-    }
-    let items = s
+    let (body, k) = s
         .resources
-        .list(&api_version, &kind, ns, sel)
+        .list_body(&api_version, &kind, ns, sel)
         .await
         .map_err(py_err)?;
     Python::attach(|py| {
-        let list = pyo3::types::PyList::empty(py);
-        for item in items {
-            list.append(to_py(py, &item)?)?;
+        if api_version == gryvia_types::API_VERSION {
+            // Gryvia kinds: each item of its kind's class, parsed when first read.
+            return Ok(crate::kind_classes::unparsed_list(py, &body)?
+                .into_any()
+                .unbind());
         }
-        Ok(list.into_any().unbind())
+        // Other kinds: the body straight into dicts, in one pass.
+        crate::pyjson::list_items(
+            py,
+            body.as_bytes(),
+            &k.resource.api_version,
+            &k.resource.kind,
+        )
+        .map(|l| l.into_any().unbind())
+        .map_err(|e| GryviaError::new_err(format!("decode the list of {kind}: {e}")))
     })
 }
 
@@ -327,11 +319,44 @@ pub struct Watch {
     label_selector: Option<String>,
     deadline: Option<tokio::time::Instant>,
     stream: Arc<tokio::sync::Mutex<Option<EventStream>>>,
+    /// Events that arrived with the last one handed out, not yet asked for.
+    ready: Arc<std::sync::Mutex<VecDeque<Py<PyAny>>>>,
 }
 
+/// Events taken in one go once one has arrived (those already waiting, no more).
+const EVENT_BATCH: usize = 1024;
+
 impl Watch {
-    /// The next event; `None` when the timeout has passed.
+    /// An event that arrived with an earlier one.
+    fn buffered(&self) -> Option<Py<PyAny>> {
+        self.ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front()
+    }
+
+    /// The next event; `None` when the timeout has passed. The events already waiting behind
+    /// it are made into Python objects with it (one taking of the GIL) and kept for the next
+    /// calls, which then return at once.
     fn next_event(&self) -> impl Future<Output = PyResult<Option<Py<PyAny>>>> + Send + 'static {
+        let ready = self.ready.clone();
+        let batch = self.next_batch();
+        async move {
+            let Some(mut events) = batch.await? else {
+                return Ok(None);
+            };
+            let first = events.pop_front();
+            ready
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(events);
+            Ok(first)
+        }
+    }
+
+    fn next_batch(
+        &self,
+    ) -> impl Future<Output = PyResult<Option<VecDeque<Py<PyAny>>>>> + Send + 'static {
         let shared = self.shared.clone();
         let (api_version, kind) = (self.api_version.clone(), self.kind.clone());
         let (namespace, selector) = (self.namespace.clone(), self.label_selector.clone());
@@ -362,17 +387,32 @@ impl Watch {
                 },
                 None => s.next().await,
             };
-            match next {
-                None => Ok(None),
-                Some(Err(e)) => Err(py_err(e)),
-                Some(Ok((t, v))) => Python::attach(|py| {
-                    let event = WatchEvent {
-                        kind: t.as_str().to_owned(),
-                        object: output(py, v)?,
-                    };
-                    Ok(Some(Py::new(py, event)?.into_any()))
-                }),
+            let first = match next {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(py_err(e)),
+                Some(Ok(event)) => event,
+            };
+            let mut waiting = vec![first];
+            while waiting.len() < EVENT_BATCH {
+                match s.next().now_or_never() {
+                    Some(Some(Ok(event))) => waiting.push(event),
+                    // An error or the end comes on the next call, on its own.
+                    _ => break,
+                }
             }
+            Python::attach(|py| {
+                waiting
+                    .into_iter()
+                    .map(|(t, v)| {
+                        let event = WatchEvent {
+                            kind: t.as_str().to_owned(),
+                            object: output(py, v)?,
+                        };
+                        Ok(Py::new(py, event)?.into_any())
+                    })
+                    .collect::<PyResult<VecDeque<_>>>()
+                    .map(Some)
+            })
         }
     }
 }
@@ -384,6 +424,9 @@ impl Watch {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(event) = self.buffered() {
+            return Ok(event);
+        }
         block(py, self.next_event())?.ok_or_else(|| PyStopIteration::new_err(()))
     }
 
@@ -392,6 +435,9 @@ impl Watch {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(event) = self.buffered() {
+            return pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(event) });
+        }
         let next = self.next_event();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             next.await?.ok_or_else(|| PyStopAsyncIteration::new_err(()))
@@ -419,6 +465,7 @@ fn make_watch(
         label_selector,
         deadline,
         stream: Arc::new(tokio::sync::Mutex::new(None)),
+        ready: Arc::default(),
     })
 }
 

@@ -5,9 +5,11 @@
 
 use pyo3::PyClassInitializer;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::{Resource, ValidationError, normalize, to_json};
+use crate::{GryviaError, Resource, ValidationError, normalize, to_json};
 
 /// `data` as an object of `kind`: `apiVersion` and `kind` filled in when left out, refused
 /// (naming the field) when they name something else.
@@ -47,7 +49,7 @@ macro_rules! kind_classes {
                 #[new]
                 fn new(data: &Bound<'_, PyAny>) -> PyResult<PyClassInitializer<Self>> {
                     let value = of_kind(stringify!($kind), data)?;
-                    Ok(PyClassInitializer::from(Resource { value }).add_subclass($kind))
+                    Ok(PyClassInitializer::from(Resource::new(value)).add_subclass($kind))
                 }
             }
         )*
@@ -59,11 +61,46 @@ macro_rules! kind_classes {
             match kind {
                 $(stringify!($kind) => Ok(Py::new(
                     py,
-                    PyClassInitializer::from(Resource { value }).add_subclass($kind),
+                    PyClassInitializer::from(Resource::new(value)).add_subclass($kind),
                 )?
                 .into_any()),)*
-                _ => Ok(Py::new(py, Resource { value })?.into_any()),
+                _ => Ok(Py::new(py, Resource::new(value))?.into_any()),
             }
+        }
+
+        /// The items of a list response of a Gryvia kind, each an object of its kind's class
+        /// kept as the JSON the server sent until it is read (the body is scanned once, with
+        /// the GIL released; nothing is decoded).
+        pub(crate) fn unparsed_list<'py>(py: Python<'py>, body: &str) -> PyResult<Bound<'py, PyList>> {
+            #[derive(serde::Deserialize)]
+            struct List<'a> {
+                #[serde(default)]
+                kind: String,
+                #[serde(borrow, default)]
+                items: Option<Vec<&'a RawValue>>,
+            }
+            let list: List<'_> = py
+                .detach(|| serde_json::from_str(body))
+                .map_err(|e| GryviaError::new_err(format!("list: {e}")))?;
+            let out = PyList::empty(py);
+            let items = list.items.unwrap_or_default();
+            match list.kind.strip_suffix("List").unwrap_or_default() {
+                $(stringify!($kind) => {
+                    for item in items {
+                        out.append(Py::new(
+                            py,
+                            PyClassInitializer::from(Resource::unparsed(item.get(), stringify!($kind)))
+                                .add_subclass($kind),
+                        )?)?;
+                    }
+                })*
+                other => {
+                    return Err(GryviaError::new_err(format!(
+                        "list: {other:?} is not a Gryvia kind"
+                    )));
+                }
+            }
+            Ok(out)
         }
 
         /// Adds every kind's class to the module.

@@ -8,6 +8,7 @@
 
 mod client;
 mod kind_classes;
+mod pyjson;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -82,7 +83,7 @@ pub(crate) fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::String(s.to_cow()?.into_owned()));
     }
     if let Ok(r) = obj.extract::<PyRef<'_, Resource>>() {
-        return Ok(r.value.clone());
+        return Ok(r.value().clone());
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut map = serde_json::Map::new();
@@ -183,7 +184,56 @@ fn normalize(value: &Value) -> PyResult<Value> {
 /// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
 #[pyclass(module = "gryvia._gryvia", frozen, subclass)]
 pub struct Resource {
-    pub(crate) value: Value,
+    /// The object as the server sent it (in a list), parsed on its first read: a list of
+    /// thousands costs a scan of the body, not a decode of every field.
+    raw: Option<Raw>,
+    /// The object, parsed (or given).
+    value: OnceLock<Value>,
+}
+
+/// One object's JSON as the server sent it, and its kind (which a list's items may leave out).
+struct Raw {
+    json: Box<str>,
+    kind: &'static str,
+}
+
+impl Resource {
+    /// A resource of `value` (a Gryvia object, checked already).
+    pub(crate) fn new(value: Value) -> Self {
+        Resource {
+            raw: None,
+            value: OnceLock::from(value),
+        }
+    }
+
+    /// A resource of `kind` kept as the server's `json` (valid JSON: a list's item as the
+    /// list's scan found it) until it is read.
+    pub(crate) fn unparsed(json: &str, kind: &'static str) -> Self {
+        Resource {
+            raw: Some(Raw {
+                json: json.into(),
+                kind,
+            }),
+            value: OnceLock::new(),
+        }
+    }
+
+    /// The object (parsed on first use).
+    pub(crate) fn value(&self) -> &Value {
+        self.value.get_or_init(|| {
+            let Some(raw) = &self.raw else {
+                return Value::Null;
+            };
+            // The JSON was scanned as one value of the list already: it parses.
+            let mut v: Value = serde_json::from_str(&raw.json).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.entry("apiVersion")
+                    .or_insert_with(|| gryvia_types::API_VERSION.into());
+                m.entry("kind").or_insert_with(|| raw.kind.into());
+            }
+            v
+        })
+    }
 }
 
 /// A read-only view of a nested object of a resource, with attribute access.
@@ -236,10 +286,8 @@ fn attr(py: Python<'_>, value: &Value, path: &str, name: &str) -> PyResult<Py<Py
 #[pymethods]
 impl Resource {
     #[new]
-    fn new(data: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Ok(Resource {
-            value: normalize(&to_json(data)?)?,
-        })
+    fn py_new(data: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Resource::new(normalize(&to_json(data)?)?))
     }
 
     /// Builds and validates a resource from a dict, as its kind's class.
@@ -264,29 +312,45 @@ impl Resource {
 
     /// The object as plain Python data (dicts, lists, strings, numbers).
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        to_py(py, &self.value)
+        match (&self.raw, self.value.get()) {
+            // Never read: straight from the server's JSON, without a Value between.
+            (Some(raw), None) => {
+                let d = pyjson::value(py, raw.json.as_bytes())
+                    .map_err(|e| GryviaError::new_err(format!("decode {}: {e}", raw.kind)))?;
+                if let Ok(d) = d.cast::<PyDict>() {
+                    if !d.contains("apiVersion")? {
+                        d.set_item("apiVersion", gryvia_types::API_VERSION)?;
+                    }
+                    if !d.contains("kind")? {
+                        d.set_item("kind", raw.kind)?;
+                    }
+                }
+                Ok(d.unbind())
+            }
+            _ => to_py(py, self.value()),
+        }
     }
 
     /// The object as YAML.
     fn to_yaml(&self) -> PyResult<String> {
-        serde_saphyr::to_string(&self.value).map_err(|e| GryviaError::new_err(e.to_string()))
+        serde_saphyr::to_string(self.value()).map_err(|e| GryviaError::new_err(e.to_string()))
     }
 
     /// The object as JSON.
     fn to_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.value).map_err(|e| GryviaError::new_err(e.to_string()))
+        serde_json::to_string(self.value()).map_err(|e| GryviaError::new_err(e.to_string()))
     }
 
     /// `kind`.
     #[getter]
     fn kind(&self) -> String {
-        self.value["kind"].as_str().unwrap_or_default().to_owned()
+        self.value()["kind"].as_str().unwrap_or_default().to_owned()
     }
 
     /// `metadata.name`.
     #[getter]
     fn name(&self) -> Option<String> {
-        self.value
+        self.value()
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .map(str::to_owned)
@@ -295,20 +359,20 @@ impl Resource {
     /// `metadata.namespace`.
     #[getter]
     fn namespace(&self) -> Option<String> {
-        self.value
+        self.value()
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .map(str::to_owned)
     }
 
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        attr(py, &self.value, "", name)
+        attr(py, self.value(), "", name)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
             .extract::<PyRef<'_, Resource>>()
-            .is_ok_and(|o| o.value == self.value)
+            .is_ok_and(|o| o.value() == self.value())
     }
 
     fn __repr__(&self) -> String {
@@ -375,10 +439,21 @@ fn load_all(py: Python<'_>, text: &str) -> PyResult<Vec<Py<PyAny>>> {
         .collect()
 }
 
+/// Every Gryvia kind, sorted: made once (from the CRDs, whose schemas take tens of
+/// milliseconds to generate), not on every call of the client.
+pub(crate) fn gryvia_kinds() -> &'static [String] {
+    static KINDS: OnceLock<Vec<String>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        let mut kinds = gryvia_types::crds::kinds();
+        kinds.sort();
+        kinds
+    })
+}
+
 /// Every Gryvia kind, sorted.
 #[pyfunction]
 fn kinds() -> Vec<String> {
-    gryvia_types::crds::kinds()
+    gryvia_kinds().to_vec()
 }
 
 /// Whether a value is an object of a Gryvia kind (by its `apiVersion`).

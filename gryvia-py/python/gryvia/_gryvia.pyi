@@ -156,8 +156,10 @@ def next_cron(schedule: str, after: str) -> str:
 
 def decode_list(data: Union[bytes, str]) -> List[Resource]:
     """Decodes the JSON body of a list response (``{"kind": "GryviaAIJobList", "items": [...]}``)
-    into ``Resource``s, each through its typed Rust struct: the decode ``Client.list`` does.
-    Raises ``ValidationError`` naming the item and field that do not fit."""
+    into objects of their kind's class, each through its typed Rust struct (strict: raises
+    ``ValidationError`` naming the item and field that do not fit). ``Client.list`` does not
+    decode: it keeps each item as the server sent it (checked by the API server against the
+    same schemas) and parses it when first read."""
 
 def reconcile_health_check(
     check: Any,

@@ -1,0 +1,337 @@
+"""Python Kubernetes clients end to end against a real API server: gryvia against the official
+``kubernetes`` client (typed models and plain dicts), lightkube (typed and generic) and kr8s,
+all in one run, with a raw HTTPS GET of the same list as the floor.
+
+Per size (5,000 and 50,000 objects of each kind in one namespace, unless told otherwise):
+- list: one list of every GryviaAIJob (a CRD) and of every batch Job (a built-in kind),
+  median of ``--rounds`` rounds, each client's own list call as a user writes it;
+- get: median of 200 reads of one object by name (the same names for every client);
+- watch: events per second of a watch that starts with every object as ``ADDED``, until the
+  last one arrived.
+The floor is the raw GET of the same list URL with ``http.client`` and the kubeconfig's client
+certificate (the bytes only, nothing decoded); ``json.loads`` of that body is shown too.
+
+Objects are made once per size (kept between runs: ``--keep``) with gryvia's AsyncClient, 64
+requests in flight. Jobs are ``suspend: true`` and the ai-operator does not run, so nothing
+reacts to them.
+
+Run: ``scripts/bench-python-clients`` (starts testenv when it is not up, installs the release
+wheel and the pinned clients), or ``python3 benches/python/clients.py --sizes 5000``.
+"""
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import os
+import random
+import ssl
+import statistics
+import tempfile
+import time
+
+import yaml
+
+import gryvia
+
+GROUP, VERSION = "gryvia.io", "v1alpha1"
+
+
+def kubeconfig():
+    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    with open(path) as f:
+        cfg = yaml.safe_load(f)
+    ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == cfg["current-context"])
+    cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
+    user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
+    return cluster, user
+
+
+class Raw:
+    """HTTPS GETs with the kubeconfig's client certificate: the floor."""
+
+    def __init__(self):
+        cluster, user = kubeconfig()
+        host = cluster["server"].removeprefix("https://")
+        self.host, _, port = host.partition(":")
+        self.port = int(port or 443)
+        self.dir = tempfile.TemporaryDirectory()
+        files = {}
+        for key in ("client-certificate-data", "client-key-data"):
+            files[key] = os.path.join(self.dir.name, key)
+            with open(files[key], "wb") as f:
+                f.write(base64.b64decode(user[key]))
+        self.ctx = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+        )
+        self.ctx.load_cert_chain(files["client-certificate-data"], files["client-key-data"])
+
+    def get(self, path):
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx)
+        conn.request("GET", path, headers={"Accept": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        assert resp.status == 200, (resp.status, body[:200])
+        return body
+
+
+def aijob(name, i):
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GryviaAIJob",
+        "metadata": {
+            "name": name,
+            "labels": {"app": "train", "run": f"r{i % 7}", "gryvia.io/tenant": "bench"},
+            "annotations": {"bench.gryvia.io/note": "end-to-end client benchmark object"},
+        },
+        "spec": {
+            "image": "registry.local/train:1.0",
+            "command": ["python", "train.py"],
+            "args": ["--epochs", "10", "--lr", "0.001", f"--seed={i}"],
+            "gpus": 8,
+            "replicas": 2,
+            "gpuType": "H100",
+            "env": [{"name": "DATA", "value": f"/data/shard-{i % 64}"}, {"name": "NCCL_DEBUG", "value": "WARN"}],
+        },
+    }
+
+
+def batch_job(name, i):
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"app": "train", "run": f"r{i % 7}"}},
+        "spec": {
+            "suspend": True,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": "train"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "train",
+                        "image": "registry.local/train:1.0",
+                        "command": ["python", "train.py", f"--seed={i}"],
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        "env": [{"name": "DATA", "value": f"/data/shard-{i % 64}"}],
+                    }],
+                },
+            },
+        },
+    }
+
+
+async def populate(ns, n):
+    """Makes ``n`` GryviaAIJobs and ``n`` Jobs in ``ns`` (those that exist are kept)."""
+    c = gryvia.AsyncClient()
+    have = {
+        kind: len(await c.list(kind, ns, api_version=av))
+        for kind, av in (("GryviaAIJob", None), ("Job", "batch/v1"))
+    }
+    sem = asyncio.Semaphore(64)
+
+    async def make(obj):
+        async with sem:
+            try:
+                await c.create(obj)
+            except gryvia.ConflictError:
+                pass
+
+    for kind, build in (("GryviaAIJob", aijob), ("Job", batch_job)):
+        if have[kind] >= n:
+            continue
+        objs = []
+        for i in range(n):
+            obj = build(f"bench-{i:06d}", i)
+            obj["metadata"]["namespace"] = ns
+            objs.append(obj)
+        started = time.perf_counter()
+        await asyncio.gather(*(make(o) for o in objs))
+        print(f"  made {n} {kind} in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def median_time(fn, rounds):
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def list_clients(ns):
+    """Each client's list of each kind, as a user writes it; each returns the number of items."""
+    from kubernetes import client as k8s, config as k8s_config
+    import lightkube
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.batch_v1 import Job as LkJob
+    import kr8s
+
+    k8s_config.load_kube_config()
+    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
+    lk = lightkube.Client()
+    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
+    g = gryvia.Client()
+    kr = kr8s.api()
+    return {
+        "GryviaAIJob": [
+            ("gryvia Client.list (typed GryviaAIJob)", lambda: len(g.list("GryviaAIJob", ns))),
+            ("gryvia Client.list + to_dict() of every item", lambda: len([j.to_dict() for j in g.list("GryviaAIJob", ns)])),
+            ("kubernetes CustomObjectsApi (dicts)", lambda: len(custom.list_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs")["items"])),
+            ("lightkube generic resource", lambda: len(list(lk.list(LkAIJob, namespace=ns)))),
+            ("kr8s", lambda: len(list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr)))),
+        ],
+        "Job": [
+            ("gryvia Client.list (dicts)", lambda: len(g.list("Job", ns, api_version="batch/v1"))),
+            ("kubernetes BatchV1Api (typed V1Job)", lambda: len(batch.list_namespaced_job(ns).items)),
+            ("kubernetes BatchV1Api (dicts, _preload_content=False + json.loads)", lambda: len(json.loads(batch.list_namespaced_job(ns, _preload_content=False).data)["items"])),
+            ("lightkube typed Job", lambda: len(list(lk.list(LkJob, namespace=ns)))),
+            ("kr8s", lambda: len(list(kr8s.get("jobs", namespace=ns, api=kr)))),
+        ],
+    }
+
+
+def get_clients(ns):
+    from kubernetes import client as k8s, config as k8s_config
+    import lightkube
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.batch_v1 import Job as LkJob
+    import kr8s
+    from kr8s.objects import Job as KrJob, new_class
+
+    k8s_config.load_kube_config()
+    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
+    lk = lightkube.Client()
+    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
+    g = gryvia.Client()
+    kr = kr8s.api()
+    KrAIJob = new_class(kind="GryviaAIJob", version=f"{GROUP}/{VERSION}", namespaced=True)
+    return {
+        "GryviaAIJob": [
+            ("gryvia Client.get (typed)", lambda n: g.get("GryviaAIJob", n, ns)),
+            ("kubernetes CustomObjectsApi (dict)", lambda n: custom.get_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs", n)),
+            ("lightkube generic resource", lambda n: lk.get(LkAIJob, n, namespace=ns)),
+            ("kr8s", lambda n: KrAIJob.get(n, namespace=ns, api=kr)),
+        ],
+        "Job": [
+            ("gryvia Client.get (dict)", lambda n: g.get("Job", n, ns, api_version="batch/v1")),
+            ("kubernetes BatchV1Api (typed V1Job)", lambda n: batch.read_namespaced_job(n, ns)),
+            ("lightkube typed Job", lambda n: lk.get(LkJob, n, namespace=ns)),
+            ("kr8s", lambda n: KrJob.get(n, namespace=ns, api=kr)),
+        ],
+    }
+
+
+def watch_clients(ns, n):
+    """Each client's watch of a kind from the start: seconds until ``n`` ADDED events came."""
+    from kubernetes import client as k8s, config as k8s_config, watch as k8s_watch
+    import lightkube
+    from lightkube.generic_resource import create_namespaced_resource
+    from lightkube.resources.batch_v1 import Job as LkJob
+    import kr8s
+
+    k8s_config.load_kube_config()
+    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
+    lk = lightkube.Client()
+    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
+    g = gryvia.Client()
+    kr = kr8s.api()
+
+    def count(events, kind_of=lambda e: e):
+        seen = 0
+        for e in events:
+            if kind_of(e) == "ADDED":
+                seen += 1
+                if seen == n:
+                    return seen
+        return seen
+
+    def official(func, *args):
+        w = k8s_watch.Watch()
+        try:
+            return count(w.stream(func, *args, timeout_seconds=600), lambda e: e["type"])
+        finally:
+            w.stop()
+
+    return {
+        "GryviaAIJob": [
+            ("gryvia Client.watch (typed)", lambda: count(g.watch("GryviaAIJob", ns, timeout=600), lambda e: e.type)),
+            ("kubernetes Watch + CustomObjectsApi (dicts)", lambda: official(custom.list_namespaced_custom_object, GROUP, VERSION, ns, "gryviaaijobs")),
+            ("lightkube generic resource", lambda: count(lk.watch(LkAIJob, namespace=ns), lambda e: e[0])),
+            ("kr8s", lambda: count(kr8s.watch("gryviaaijobs.gryvia.io", namespace=ns, api=kr), lambda e: e[0])),
+        ],
+        "Job": [
+            ("gryvia Client.watch (dicts)", lambda: count(g.watch("Job", ns, api_version="batch/v1", timeout=600), lambda e: e.type)),
+            ("kubernetes Watch + BatchV1Api (typed V1Job)", lambda: official(batch.list_namespaced_job, ns)),
+            ("lightkube typed Job", lambda: count(lk.watch(LkJob, namespace=ns), lambda e: e[0])),
+            ("kr8s", lambda: count(kr8s.watch("jobs", namespace=ns, api=kr), lambda e: e[0])),
+        ],
+    }
+
+
+def bench(n, rounds, slow_rounds):
+    ns = f"bench-clients-{n}"
+    g = gryvia.Client()
+    try:
+        g.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    except gryvia.ConflictError:
+        pass
+    asyncio.run(populate(ns, n))
+    raw = Raw()
+    paths = {
+        "GryviaAIJob": f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/gryviaaijobs",
+        "Job": f"/apis/batch/v1/namespaces/{ns}/jobs",
+    }
+    rows = []
+    for kind, clients in list_clients(ns).items():
+        floor, body = median_time(lambda: raw.get(paths[kind]), rounds)
+        rows.append((f"list {kind}", "raw HTTPS GET (the floor)", floor, f"{len(body) / 1e6:.1f} MB"))
+        t, _ = median_time(lambda: json.loads(raw.get(paths[kind])), rounds)
+        rows.append((f"list {kind}", "raw GET + json.loads", t, ""))
+        for name, fn in clients:
+            r = slow_rounds if name.startswith("kr8s") else rounds
+            t, count = median_time(fn, r)
+            assert count == n, (name, count)
+            rows.append((f"list {kind}", name, t, f"{t / floor:.2f}x floor" + ("" if r == rounds else f", {r} round(s)")))
+    names = [f"bench-{i:06d}" for i in random.Random(7).sample(range(n), 200)]
+    for kind, clients in get_clients(ns).items():
+        plural = paths[kind]
+        t, _ = median_time(lambda: [raw.get(f"{plural}/{x}") for x in names], 1)
+        rows.append((f"get {kind}", "raw HTTPS GET, a new connection each (the floor)", t / len(names), ""))
+        for name, fn in clients:
+            for x in names[:5]:
+                fn(x)  # connections up, discovery done
+            started = time.perf_counter()
+            for x in names:
+                fn(x)
+            rows.append((f"get {kind}", name, (time.perf_counter() - started) / len(names), "mean of 200"))
+    for kind, clients in watch_clients(ns, n).items():
+        for name, fn in clients:
+            if name.startswith("kr8s") and n > 5000:
+                continue
+            started = time.perf_counter()
+            seen = fn()
+            took = time.perf_counter() - started
+            assert seen == n, (name, seen)
+            rows.append((f"watch {kind}", name, took, f"{n / took:,.0f} events/s"))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="5000,50000")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--slow-rounds", type=int, default=1, help="rounds for kr8s (minutes per round at 50,000)")
+    args = ap.parse_args()
+    for n in (int(s) for s in args.sizes.split(",")):
+        print(f"\n## {n:,} objects per kind (median of {args.rounds} rounds)\n", flush=True)
+        print("| what | client | seconds | |")
+        print("| --- | --- | ---: | --- |")
+        for what, name, t, note in bench(n, args.rounds, args.slow_rounds):
+            print(f"| {what} | {name} | {t:.4f} | {note} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
