@@ -141,12 +141,6 @@ impl WatchState {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct RawList {
-    #[serde(default)]
-    items: Vec<Value>,
-}
-
 /// A client for objects of any kind.
 pub struct Resources {
     client: kube::Client,
@@ -281,32 +275,6 @@ impl Resources {
             .await
             .map_err(api_err(format!("list {kind}")))?;
         Ok((body, k))
-    }
-
-    /// Lists objects, in one namespace or (without one) in all of them, as JSON values with
-    /// `apiVersion` and `kind` filled in where the list omits them.
-    ///
-    /// # Errors
-    /// [`Error::Api`] when the list fails, or a discovery error.
-    pub async fn list(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: Option<&str>,
-        label_selector: Option<&str>,
-    ) -> Result<Vec<Value>> {
-        let (body, k) = self
-            .list_body(api_version, kind, namespace, label_selector)
-            .await?;
-        let list: RawList = serde_json::from_str(&body).map_err(|source| Error::Serialize {
-            what: format!("list of {kind}"),
-            source,
-        })?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|item| with_identity(item, &k.resource))
-            .collect())
     }
 
     fn identity(obj: &Value) -> Result<(String, String, Option<String>, String)> {
