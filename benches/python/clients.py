@@ -161,20 +161,34 @@ def median_time(fn, rounds):
     return statistics.median(times), result
 
 
-def list_clients(ns):
-    """Each client's list of each kind, as a user writes it; each returns the number of items."""
-    from kubernetes import client as k8s, config as k8s_config
-    import lightkube
-    from lightkube.generic_resource import create_namespaced_resource
-    from lightkube.resources.batch_v1 import Job as LkJob
-    import kr8s
+class Clients:
+    """One of each client under test, made once, with what each needs to name the kinds."""
 
-    k8s_config.load_kube_config()
-    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
-    lk = lightkube.Client()
-    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
-    g = gryvia.Client()
-    kr = kr8s.api()
+    def __init__(self):
+        from kubernetes import client as k8s, config as k8s_config, watch as k8s_watch
+        import lightkube
+        from lightkube.generic_resource import create_namespaced_resource
+        from lightkube.resources.batch_v1 import Job as LkJob
+        import kr8s
+        from kr8s.objects import Job as KrJob, new_class
+
+        k8s_config.load_kube_config()
+        self.custom, self.batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
+        self.k8s_watch = k8s_watch
+        self.lk = lightkube.Client()
+        self.LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
+        self.LkJob = LkJob
+        self.g = gryvia.Client()
+        self.kr8s = kr8s
+        self.kr = kr8s.api()
+        self.KrAIJob = new_class(kind="GryviaAIJob", version=f"{GROUP}/{VERSION}", namespaced=True)
+        self.KrJob = KrJob
+
+
+def list_clients(c, ns):
+    """Each client's list of each kind, as a user writes it; each returns the number of items."""
+    custom, batch, lk, LkAIJob, LkJob, g, kr8s, kr = (
+        c.custom, c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr8s, c.kr)
     return {
         "GryviaAIJob": [
             ("gryvia Client.list (typed GryviaAIJob)", lambda: len(g.list("GryviaAIJob", ns))),
@@ -193,21 +207,9 @@ def list_clients(ns):
     }
 
 
-def get_clients(ns):
-    from kubernetes import client as k8s, config as k8s_config
-    import lightkube
-    from lightkube.generic_resource import create_namespaced_resource
-    from lightkube.resources.batch_v1 import Job as LkJob
-    import kr8s
-    from kr8s.objects import Job as KrJob, new_class
-
-    k8s_config.load_kube_config()
-    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
-    lk = lightkube.Client()
-    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
-    g = gryvia.Client()
-    kr = kr8s.api()
-    KrAIJob = new_class(kind="GryviaAIJob", version=f"{GROUP}/{VERSION}", namespaced=True)
+def get_clients(c, ns):
+    custom, batch, lk, LkAIJob, LkJob, g, kr = c.custom, c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr
+    KrAIJob, KrJob = c.KrAIJob, c.KrJob
     return {
         "GryviaAIJob": [
             ("gryvia Client.get (typed)", lambda n: g.get("GryviaAIJob", n, ns)),
@@ -224,20 +226,11 @@ def get_clients(ns):
     }
 
 
-def watch_clients(ns, n):
+def watch_clients(c, ns, n):
     """Each client's watch of a kind from the start: seconds until ``n`` ADDED events came."""
-    from kubernetes import client as k8s, config as k8s_config, watch as k8s_watch
-    import lightkube
-    from lightkube.generic_resource import create_namespaced_resource
-    from lightkube.resources.batch_v1 import Job as LkJob
-    import kr8s
-
-    k8s_config.load_kube_config()
-    custom, batch = k8s.CustomObjectsApi(), k8s.BatchV1Api()
-    lk = lightkube.Client()
-    LkAIJob = create_namespaced_resource(GROUP, VERSION, "GryviaAIJob", "gryviaaijobs")
-    g = gryvia.Client()
-    kr = kr8s.api()
+    custom, batch, lk, LkAIJob, LkJob, g, kr8s, kr = (
+        c.custom, c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr8s, c.kr)
+    k8s_watch = c.k8s_watch
 
     def count(events, kind_of=lambda e: e):
         seen = 0
@@ -285,7 +278,8 @@ def bench(n, rounds, slow_rounds):
         "Job": f"/apis/batch/v1/namespaces/{ns}/jobs",
     }
     rows = []
-    for kind, clients in list_clients(ns).items():
+    c = Clients()
+    for kind, clients in list_clients(c, ns).items():
         floor, body = median_time(lambda: raw.get(paths[kind]), rounds)
         rows.append((f"list {kind}", "raw HTTPS GET (the floor)", floor, f"{len(body) / 1e6:.1f} MB"))
         t, _ = median_time(lambda: json.loads(raw.get(paths[kind])), rounds)
@@ -296,7 +290,7 @@ def bench(n, rounds, slow_rounds):
             assert count == n, (name, count)
             rows.append((f"list {kind}", name, t, f"{t / floor:.2f}x floor" + ("" if r == rounds else f", {r} round(s)")))
     names = [f"bench-{i:06d}" for i in random.Random(7).sample(range(n), 200)]
-    for kind, clients in get_clients(ns).items():
+    for kind, clients in get_clients(c, ns).items():
         plural = paths[kind]
         t, _ = median_time(lambda: [raw.get(f"{plural}/{x}") for x in names], 1)
         rows.append((f"get {kind}", "raw HTTPS GET, a new connection each (the floor)", t / len(names), ""))
@@ -307,7 +301,7 @@ def bench(n, rounds, slow_rounds):
             for x in names:
                 fn(x)
             rows.append((f"get {kind}", name, (time.perf_counter() - started) / len(names), "mean of 200"))
-    for kind, clients in watch_clients(ns, n).items():
+    for kind, clients in watch_clients(c, ns, n).items():
         for name, fn in clients:
             if name.startswith("kr8s") and n > 5000:
                 continue
