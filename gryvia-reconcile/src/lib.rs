@@ -31,6 +31,7 @@ pub mod invoice;
 pub mod kueue;
 pub mod maintenance;
 pub mod metering;
+pub mod network;
 pub mod network_health;
 pub mod plan;
 pub mod priority;
