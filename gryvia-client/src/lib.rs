@@ -16,6 +16,7 @@ pub mod crds;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 pub mod gpu_agent;
+pub mod list_stream;
 pub mod mail;
 pub mod metrics;
 pub mod operators;

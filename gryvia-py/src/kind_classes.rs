@@ -5,11 +5,9 @@
 
 use pyo3::PyClassInitializer;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
-use crate::{GryviaError, Resource, ValidationError, normalize, to_json};
+use crate::{Resource, ValidationError, normalize, to_json};
 
 /// `data` as an object of `kind`: `apiVersion` and `kind` filled in when left out, refused
 /// (naming the field) when they name something else.
@@ -36,6 +34,9 @@ fn of_kind(kind: &str, data: &Bound<'_, PyAny>) -> PyResult<Value> {
     }
     normalize(&value)
 }
+
+/// Makes an object of one Gryvia kind's class from the server's JSON of it, kept unparsed.
+pub(crate) type Unparsed = fn(Python<'_>, &str) -> PyResult<Py<PyAny>>;
 
 macro_rules! kind_classes {
     ($($kind:ident),* $(,)?) => {
@@ -68,39 +69,20 @@ macro_rules! kind_classes {
             }
         }
 
-        /// The items of a list response of a Gryvia kind, each an object of its kind's class
-        /// kept as the JSON the server sent until it is read (the body is scanned once, with
-        /// the GIL released; nothing is decoded).
-        pub(crate) fn unparsed_list<'py>(py: Python<'py>, body: &str) -> PyResult<Bound<'py, PyList>> {
-            #[derive(serde::Deserialize)]
-            struct List<'a> {
-                #[serde(default)]
-                kind: String,
-                #[serde(borrow, default)]
-                items: Option<Vec<&'a RawValue>>,
+        /// How an object of `kind` is made from the server's JSON (kept as it is until read):
+        /// `None` for a kind that is not Gryvia's.
+        pub(crate) fn unparsed(kind: &str) -> Option<Unparsed> {
+            match kind {
+                $(stringify!($kind) => Some(|py, json| {
+                    Ok(Py::new(
+                        py,
+                        PyClassInitializer::from(Resource::unparsed(json, stringify!($kind)))
+                            .add_subclass($kind),
+                    )?
+                    .into_any())
+                }),)*
+                _ => None,
             }
-            let list: List<'_> = py
-                .detach(|| serde_json::from_str(body))
-                .map_err(|e| GryviaError::new_err(format!("list: {e}")))?;
-            let out = PyList::empty(py);
-            let items = list.items.unwrap_or_default();
-            match list.kind.strip_suffix("List").unwrap_or_default() {
-                $(stringify!($kind) => {
-                    for item in items {
-                        out.append(Py::new(
-                            py,
-                            PyClassInitializer::from(Resource::unparsed(item.get(), stringify!($kind)))
-                                .add_subclass($kind),
-                        )?)?;
-                    }
-                })*
-                other => {
-                    return Err(GryviaError::new_err(format!(
-                        "list: {other:?} is not a Gryvia kind"
-                    )));
-                }
-            }
-            Ok(out)
         }
 
         /// Adds every kind's class to the module.

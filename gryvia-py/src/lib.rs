@@ -312,6 +312,7 @@ impl Resource {
 
     /// The object as plain Python data (dicts, lists, strings, numbers).
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let _paused = pyjson::GcPause::new(py);
         match (&self.raw, self.value.get()) {
             // Never read: straight from the server's JSON, without a Value between.
             (Some(raw), None) => {
