@@ -16,7 +16,9 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::{AnomalyType, MetricBaseline, Severity};
+use gryvia_types::{
+    AnomalyType, GryviaFabricSignalStatus, GryviaFlowAggregateStatus, MetricBaseline, Severity,
+};
 
 /// The metrics a node's baseline follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -203,6 +205,44 @@ pub fn step(
     out
 }
 
+/// A node's sample from its collector's window: bytes per second and connections from its
+/// GryviaFlowAggregate (the flows it kept, bytes both ways, over the window's length; every
+/// flow seen, kept or not, as connections), retransmissions per second and the median RTT
+/// from its GryviaFabricSignal. A metric without data (no aggregate, a window of no length,
+/// no RTT sample) is left out.
+pub fn sample(
+    aggregate: Option<&GryviaFlowAggregateStatus>,
+    signal: Option<&GryviaFabricSignalStatus>,
+) -> BTreeMap<Metric, f64> {
+    let mut out = BTreeMap::new();
+    if let Some(a) = aggregate
+        && let (Some(start), Some(end)) = (&a.window_start, &a.window_end)
+    {
+        let secs = end.0.duration_since(start.0).as_secs_f64();
+        if secs > 0.0 {
+            let bytes: i64 = a
+                .flows
+                .iter()
+                .map(|f| f.tx_bytes.max(0).saturating_add(f.rx_bytes.max(0)))
+                .fold(0, i64::saturating_add);
+            out.insert(Metric::Bytes, bytes as f64 / secs);
+            out.insert(Metric::Connections, a.flow_count.max(0) as f64);
+        }
+    }
+    if let Some(s) = signal {
+        if s.window_seconds > 0 {
+            out.insert(
+                Metric::RetransmitRate,
+                s.tcp_retransmits.max(0) as f64 / f64::from(s.window_seconds),
+            );
+        }
+        if let Some(rtt) = s.median_srtt_micros {
+            out.insert(Metric::RttMicros, rtt as f64);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +333,46 @@ mod tests {
         let d = &s.anomalies[&Metric::Bytes];
         assert_eq!((d.observed, d.baseline), (10.0, 1000.0));
         assert!(s.metrics["bytesPerSecond"].mean < 1000.0);
+    }
+
+    #[test]
+    fn a_sample_is_read_from_the_aggregate_and_the_signal() {
+        use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use gryvia_types::{FlowRecord, Protocol};
+        let t = |s: i64| Time(crate::Timestamp::from_second(s).unwrap());
+        let flow = |tx, rx| FlowRecord {
+            src_ip: "10.0.0.1".into(),
+            src_port: 4000,
+            dst_ip: "10.0.0.2".into(),
+            dst_port: 80,
+            protocol: Protocol::TCP,
+            tx_bytes: tx,
+            rx_bytes: rx,
+            retransmits: 0,
+            pod: None,
+        };
+        let aggregate = GryviaFlowAggregateStatus {
+            window_start: Some(t(100)),
+            window_end: Some(t(110)),
+            flows: vec![flow(600, 400), flow(50, 50)],
+            flow_count: 7,
+        };
+        let signal = GryviaFabricSignalStatus {
+            tcp_retransmits: 30,
+            median_srtt_micros: Some(250),
+            window_seconds: 10,
+            ..Default::default()
+        };
+        let s = sample(Some(&aggregate), Some(&signal));
+        assert_eq!(s[&Metric::Bytes], 110.0);
+        assert_eq!(s[&Metric::Connections], 7.0);
+        assert_eq!(s[&Metric::RetransmitRate], 3.0);
+        assert_eq!(s[&Metric::RttMicros], 250.0);
+        let no_rtt = GryviaFabricSignalStatus {
+            window_seconds: 0,
+            ..Default::default()
+        };
+        assert!(sample(None, Some(&no_rtt)).is_empty());
     }
 
     #[test]

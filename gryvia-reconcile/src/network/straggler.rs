@@ -2,7 +2,9 @@
 //! in a collective, every rank moves about as much as the others, so a rank whose throughput
 //! is below `stragglerThresholdPercent` of the median is holding the job back. Pure.
 
-use gryvia_types::WorkerTraffic;
+use std::collections::BTreeMap;
+
+use gryvia_types::{FlowRecord, WorkerTraffic};
 
 /// What one rank's pod sent and received in a window.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +21,45 @@ pub struct RankTraffic {
     pub rx_bytes: i64,
     /// TCP retransmissions in the window.
     pub retransmits: i64,
+}
+
+/// A rank of a job: its pod (`namespace/name`) and node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rank {
+    /// The rank.
+    pub rank: i32,
+    /// Its pod, `namespace/name`.
+    pub pod: String,
+    /// Its node.
+    pub node: String,
+}
+
+/// Each rank's traffic from the flows of a window (those whose local pod is the rank's pod, as
+/// the collectors joined them), ranks without flows at zero.
+pub fn rank_traffic(ranks: &[Rank], flows: &[FlowRecord]) -> Vec<RankTraffic> {
+    let mut by_pod: BTreeMap<&str, (i64, i64, i64)> = BTreeMap::new();
+    for f in flows {
+        if let Some(pod) = f.pod.as_deref() {
+            let e = by_pod.entry(pod).or_default();
+            e.0 = e.0.saturating_add(f.tx_bytes.max(0));
+            e.1 = e.1.saturating_add(f.rx_bytes.max(0));
+            e.2 = e.2.saturating_add(f.retransmits.max(0));
+        }
+    }
+    ranks
+        .iter()
+        .map(|r| {
+            let (tx, rx, re) = by_pod.get(r.pod.as_str()).copied().unwrap_or_default();
+            RankTraffic {
+                rank: r.rank,
+                pod: r.pod.clone(),
+                node: r.node.clone(),
+                tx_bytes: tx,
+                rx_bytes: rx,
+                retransmits: re,
+            }
+        })
+        .collect()
 }
 
 /// The median of `values` (the mean of the middle two for an even count); 0 when empty.
@@ -143,6 +184,46 @@ mod tests {
         assert!(stragglers(&[rank(0, "a", 5, 0)], 1.0, 70).1.is_empty());
         let idle = [rank(0, "a", 0, 0), rank(1, "b", 0, 0)];
         assert!(stragglers(&idle, 1.0, 70).0.iter().all(|w| !w.straggler));
+    }
+
+    #[test]
+    fn a_rank_s_traffic_is_the_sum_of_its_pod_s_flows() {
+        use gryvia_types::Protocol;
+        let flow = |pod: Option<&str>, tx, rx, re| FlowRecord {
+            src_ip: "10.0.0.1".into(),
+            src_port: 1,
+            dst_ip: "10.0.0.2".into(),
+            dst_port: 2,
+            protocol: Protocol::TCP,
+            tx_bytes: tx,
+            rx_bytes: rx,
+            retransmits: re,
+            pod: pod.map(str::to_owned),
+        };
+        let ranks = [
+            Rank {
+                rank: 0,
+                pod: "ml/t-0".into(),
+                node: "a".into(),
+            },
+            Rank {
+                rank: 1,
+                pod: "ml/t-1".into(),
+                node: "b".into(),
+            },
+        ];
+        let flows = [
+            flow(Some("ml/t-0"), 10, 20, 1),
+            flow(Some("ml/t-0"), 5, 5, 2),
+            flow(Some("other/x"), 99, 99, 9),
+            flow(None, 1, 1, 1),
+        ];
+        let t = rank_traffic(&ranks, &flows);
+        assert_eq!(
+            (t[0].tx_bytes, t[0].rx_bytes, t[0].retransmits),
+            (15, 25, 3)
+        );
+        assert_eq!((t[1].tx_bytes, t[1].rx_bytes, t[1].retransmits), (0, 0, 0));
     }
 
     #[test]
