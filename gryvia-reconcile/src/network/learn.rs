@@ -236,69 +236,100 @@ fn pod_of(p: &Peer) -> Option<(&Workload, &BTreeMap<String, String>)> {
     }
 }
 
-/// Whether `policies` let `flow` through, as Kubernetes defines it: each direction is open
-/// unless a policy of that type selects the pod, and then only what one of their rules allows.
-pub fn allows(policies: &[NetworkPolicy], flow: &Flow) -> bool {
-    let applies = |np: &NetworkPolicy, w: &Workload, labels: &BTreeMap<String, String>, t: &str| {
-        let Some(spec) = &np.spec else { return false };
-        np.metadata.namespace.as_deref() == Some(w.namespace.as_str())
+/// A rule of a policy: its ports and its peers (`from` or `to`).
+type Rule<'a> = (
+    Option<&'a Vec<NetworkPolicyPort>>,
+    Option<&'a Vec<NetworkPolicyPeer>>,
+);
+
+/// A direction of traffic, as a policy sees it from the pod it selects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    fn name(self) -> &'static str {
+        match self {
+            Direction::Ingress => "Ingress",
+            Direction::Egress => "Egress",
+        }
+    }
+
+    /// Whether a policy with `spec` in `namespace` governs this direction of a pod of `w`
+    /// with `labels` (without `policyTypes`, ingress always and egress when it has rules).
+    fn governs(
+        self,
+        spec: &NetworkPolicySpec,
+        namespace: Option<&str>,
+        w: &Workload,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        namespace == Some(w.namespace.as_str())
             && selects(spec.pod_selector.as_ref(), labels)
             && spec
                 .policy_types
                 .as_ref()
-                .map_or(t == "Ingress" || spec.egress.is_some(), |ts| {
-                    ts.iter().any(|x| x == t)
+                .map_or(self == Direction::Ingress || spec.egress.is_some(), |ts| {
+                    ts.iter().any(|t| t == self.name())
                 })
-    };
-    let egress_ok = match pod_of(&flow.from) {
-        None => true,
-        Some((w, labels)) => {
-            let selecting: Vec<_> = policies
+    }
+
+    /// The rules of `spec` for this direction, each as its ports and its peers.
+    fn rules(self, spec: &NetworkPolicySpec) -> Vec<Rule<'_>> {
+        match self {
+            Direction::Ingress => spec
+                .ingress
                 .iter()
-                .filter(|np| applies(np, w, labels, "Egress"))
-                .collect();
-            selecting.is_empty()
-                || selecting.iter().any(|np| {
-                    np.spec
-                        .as_ref()
-                        .and_then(|s| s.egress.as_ref())
-                        .is_some_and(|rules| {
-                            rules.iter().any(|r| {
-                                port_matches(r.ports.as_ref(), flow.port, flow.protocol)
-                                    && r.to.as_ref().is_none_or(|to| {
-                                        to.is_empty()
-                                            || to.iter().any(|p| peer_matches(p, &flow.to))
-                                    })
-                            })
-                        })
-                })
-        }
-    };
-    let ingress_ok = match pod_of(&flow.to) {
-        None => true,
-        Some((w, labels)) => {
-            let selecting: Vec<_> = policies
+                .flatten()
+                .map(|r| (r.ports.as_ref(), r.from.as_ref()))
+                .collect(),
+            Direction::Egress => spec
+                .egress
                 .iter()
-                .filter(|np| applies(np, w, labels, "Ingress"))
-                .collect();
-            selecting.is_empty()
-                || selecting.iter().any(|np| {
-                    np.spec
-                        .as_ref()
-                        .and_then(|s| s.ingress.as_ref())
-                        .is_some_and(|rules| {
-                            rules.iter().any(|r| {
-                                port_matches(r.ports.as_ref(), flow.port, flow.protocol)
-                                    && r.from.as_ref().is_none_or(|from| {
-                                        from.is_empty()
-                                            || from.iter().any(|p| peer_matches(p, &flow.from))
-                                    })
-                            })
-                        })
-                })
+                .flatten()
+                .map(|r| (r.ports.as_ref(), r.to.as_ref()))
+                .collect(),
         }
+    }
+}
+
+/// Whether the pod at the flow's end for `dir` (the client for egress, the server for ingress)
+/// may take part in it: open unless a policy governs that direction of it, and then only what
+/// one of their rules allows.
+fn side_allows(policies: &[NetworkPolicy], flow: &Flow, dir: Direction) -> bool {
+    let (end, other) = match dir {
+        Direction::Egress => (&flow.from, &flow.to),
+        Direction::Ingress => (&flow.to, &flow.from),
     };
-    egress_ok && ingress_ok
+    let Some((w, labels)) = pod_of(end) else {
+        return true;
+    };
+    let mut governing = policies
+        .iter()
+        .filter_map(|np| {
+            let spec = np.spec.as_ref()?;
+            dir.governs(spec, np.metadata.namespace.as_deref(), w, labels)
+                .then_some(spec)
+        })
+        .peekable();
+    if governing.peek().is_none() {
+        return true;
+    }
+    governing.any(|spec| {
+        dir.rules(spec).into_iter().any(|(ports, peers)| {
+            port_matches(ports, flow.port, flow.protocol)
+                && peers.is_none_or(|ps| ps.is_empty() || ps.iter().any(|p| peer_matches(p, other)))
+        })
+    })
+}
+
+/// Whether `policies` let `flow` through, as Kubernetes defines it: each direction is open
+/// unless a policy of that type selects the pod, and then only what one of their rules allows.
+pub fn allows(policies: &[NetworkPolicy], flow: &Flow) -> bool {
+    side_allows(policies, flow, Direction::Egress)
+        && side_allows(policies, flow, Direction::Ingress)
 }
 
 #[cfg(test)]
