@@ -197,7 +197,7 @@ pub type RawEvent = (EventType, Arc<str>);
 /// The events of a watch, read ahead by a task that ends when this is dropped.
 pub struct RawWatch {
     events: mpsc::Receiver<Result<RawEvent>>,
-    /// An error found by [`RawWatch::ready`], kept for the next [`RawWatch::next`].
+    /// An error found by [`RawWatch::next_before`], kept for the next [`RawWatch::next`].
     held: Option<Error>,
     task: tokio::task::AbortHandle,
 }
@@ -211,8 +211,8 @@ impl RawWatch {
         self.events.recv().await
     }
 
-    /// The next event if one comes before `deadline`; an error that comes is kept for the next
-    /// [`RawWatch::next`].
+    /// The next event if one comes before `deadline` (one that has arrived already is taken
+    /// even after it); an error that comes is kept for the next [`RawWatch::next`].
     pub async fn next_before(&mut self, deadline: tokio::time::Instant) -> Option<RawEvent> {
         if self.held.is_some() {
             return None;
@@ -224,22 +224,6 @@ impl RawWatch {
                 None
             }
             Ok(None) | Err(_) => None,
-        }
-    }
-
-    /// An event that has arrived already, without waiting; an error that has arrived is kept
-    /// for the next [`RawWatch::next`].
-    pub fn ready(&mut self) -> Option<RawEvent> {
-        if self.held.is_some() {
-            return None;
-        }
-        match self.events.try_recv() {
-            Ok(Ok(event)) => Some(event),
-            Ok(Err(e)) => {
-                self.held = Some(e);
-                None
-            }
-            Err(_) => None,
         }
     }
 }

@@ -448,13 +448,11 @@ impl Watch {
             let mut waiting = vec![first];
             let window = tokio::time::Instant::now() + COALESCE;
             let window = deadline.map_or(window, |d| d.min(window));
+            // Events already waiting are taken even once the window has passed.
             while waiting.len() < EVENT_BATCH {
-                match w.ready() {
+                match w.next_before(window).await {
                     Some(event) => waiting.push(event),
-                    None => match w.next_before(window).await {
-                        Some(event) => waiting.push(event),
-                        None => break,
-                    },
+                    None => break,
                 }
             }
             Python::attach(|py| {

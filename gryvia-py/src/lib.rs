@@ -316,17 +316,9 @@ impl Resource {
         match (&self.raw, self.value.get()) {
             // Never read: straight from the server's JSON, without a Value between.
             (Some(raw), None) => {
-                let d = pyjson::value(py, raw.json.as_bytes())
-                    .map_err(|e| GryviaError::new_err(format!("decode {}: {e}", raw.kind)))?;
-                if let Ok(d) = d.cast::<PyDict>() {
-                    if !d.contains("apiVersion")? {
-                        d.set_item("apiVersion", gryvia_types::API_VERSION)?;
-                    }
-                    if !d.contains("kind")? {
-                        d.set_item("kind", raw.kind)?;
-                    }
-                }
-                Ok(d.unbind())
+                pyjson::object(py, raw.json.as_bytes(), gryvia_types::API_VERSION, raw.kind)
+                    .map(Bound::unbind)
+                    .map_err(|e| GryviaError::new_err(format!("decode {}: {e}", raw.kind)))
             }
             _ => to_py(py, self.value()),
         }
