@@ -460,8 +460,12 @@ pub type Controllers = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 /// Runs `controllers` only while this replica holds the Lease; without `lease` (leader
 /// election disabled) runs them directly. Marks `health` ready once started.
 ///
+/// Failures to read or create the Lease are retried (see [`LEASE_RETRY_FIRST`]); a replica
+/// stays unready until it has read the Lease once.
+///
 /// # Errors
-/// [`Error::LeaderElection`] when the Lease cannot be managed.
+/// [`Error::LeaderElection`] when the lease manager's task ends (it retries API errors
+/// itself, so only a panic or a closed channel ends it).
 pub async fn run_leader_elected(
     client: kube::Client,
     lease: Option<LeaseSettings>,
@@ -479,14 +483,7 @@ pub async fn run_leader_elected(
         controllers().await;
         return Ok(());
     };
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client, &lease.name)
-        .with_namespace(&lease.namespace)
-        .with_identity(&lease.identity)
-        .with_duration(lease.duration_seconds)
-        .with_grace(lease.grace_seconds)
-        .build()
-        .await
-        .map_err(|e| Error::LeaderElection(e.to_string()))?;
+    let manager = lease_manager(client, &lease).await;
     let (mut is_leader, task) = manager.watch().await;
     health.set_ready(true);
     info!(lease = %lease.name, identity = %lease.identity, "waiting for leadership");
@@ -508,6 +505,41 @@ pub async fn run_leader_elected(
         warn!(identity = %lease.identity, "lost leadership; stopping controllers");
         metrics.leader.get_or_create(&labels).set(0);
         running.abort();
+    }
+}
+
+/// The first wait after a failed attempt to read or create the Lease; doubled per failure up
+/// to [`LEASE_RETRY_MAX`].
+pub const LEASE_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between attempts to read or create the Lease.
+pub const LEASE_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Reads (or creates) the Lease, retrying every failure with a doubling wait, as client-go's
+/// leader election does: a 403 while a new RoleBinding reaches the API server's authorizer, a
+/// 5xx or a refused connection while the API server restarts, are waited out, logged each
+/// time, and never end the process. The watch that follows retries its own errors.
+async fn lease_manager(
+    client: kube::Client,
+    lease: &LeaseSettings,
+) -> kube_lease_manager::LeaseManager {
+    let mut wait = LEASE_RETRY_FIRST;
+    loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &lease.name)
+            .with_namespace(&lease.namespace)
+            .with_identity(&lease.identity)
+            .with_duration(lease.duration_seconds)
+            .with_grace(lease.grace_seconds)
+            .build()
+            .await;
+        match built {
+            Ok(manager) => return manager,
+            Err(e) => {
+                warn!(lease = %lease.name, namespace = %lease.namespace, error = %e,
+                      retry_in = ?wait, "cannot read or create the Lease; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(LEASE_RETRY_MAX);
+            }
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! that the executor stops at the fault without doing what comes after it, and that the retry
 //! (the next reconcile applying the same Plan) does everything once: nothing lost, nothing
 //! done twice. The node agent is checked the same way, its host commands behind a mockall
-//! mock of `RemediationExecutor`. E2E tests keep the real API server; these are unit tests.
+//! mock of `RemediationExecutor`, and leader election over a small Lease-holding server that
+//! refuses its first reads with 403. E2E tests keep the real API server; these are unit tests.
 
 #![expect(
     clippy::unwrap_used,
@@ -81,11 +82,7 @@ fn client(server: Server, log: Arc<Mutex<Vec<String>>>) -> kube::Client {
 }
 
 fn status(code: u16, reason: &str) -> Answer {
-    Answer::Json(
-        code,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-               "reason": reason, "message": format!("injected {code} {reason}")}),
-    )
+    Answer::Json(code, status_json(code, reason))
 }
 
 fn owner() -> Value {
@@ -538,4 +535,112 @@ async fn a_host_command_that_hangs_fails_the_step_at_its_timeout_and_is_not_run_
     answered_round(&rig, gpu_node());
     agent.tick().await.unwrap();
     assert_eq!(last_phase(&rig.done()), "Failed");
+}
+
+/// An API server that holds one Lease and refuses the first `forbidden` reads of it with 403,
+/// as the API server does until a new RoleBinding reaches its authorizer.
+fn lease_server(forbidden: usize, log: Arc<Mutex<Vec<String>>>) -> kube::Client {
+    let state: Arc<Mutex<(usize, Option<Value>)>> = Arc::new(Mutex::new((forbidden, None)));
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (state, log) = (state.clone(), log.clone());
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_owned();
+            let body = req.into_body().collect().await?.to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut guard = state.lock().unwrap();
+            let (refusals, lease) = &mut *guard;
+            let (code, json) = match method.as_str() {
+                "GET" if *refusals > 0 => {
+                    *refusals -= 1;
+                    (403, status_json(403, "Forbidden"))
+                }
+                "GET" => lease
+                    .clone()
+                    .map_or_else(|| (404, status_json(404, "NotFound")), |l| (200, l)),
+                "POST" => {
+                    let mut l = body;
+                    l["metadata"]["resourceVersion"] = json!("1");
+                    *lease = Some(l.clone());
+                    (201, l)
+                }
+                "PATCH" => {
+                    let l = lease.as_mut().unwrap();
+                    for (k, v) in body["spec"].as_object().unwrap() {
+                        if v.is_null() {
+                            l["spec"].as_object_mut().map(|s| s.remove(k));
+                        } else {
+                            l["spec"][k] = v.clone();
+                        }
+                    }
+                    (200, l.clone())
+                }
+                _ => (405, status_json(405, "MethodNotAllowed")),
+            };
+            log.lock().unwrap().push(format!("{method} {path} {code}"));
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(json.to_string())))
+                    .unwrap(),
+            )
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+fn status_json(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+           "reason": reason, "message": format!("injected {code} {reason}")})
+}
+
+#[tokio::test]
+async fn a_403_on_the_lease_is_waited_out_and_the_replica_leads_once_it_may_read_it() {
+    use gryvia_client::metrics::{Health, Metrics};
+    use gryvia_client::runtime::{LeaseSettings, run_leader_elected};
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let client = lease_server(2, Arc::clone(&log));
+    let health = Health::default();
+    let (started, mut leading) = tokio::sync::mpsc::channel::<()>(1);
+    let lease = LeaseSettings {
+        name: "gryvia-test".to_owned(),
+        namespace: "default".to_owned(),
+        identity: "replica-a".to_owned(),
+        duration_seconds: 15,
+        grace_seconds: 5,
+    };
+    let run = tokio::spawn(run_leader_elected(
+        client,
+        Some(lease),
+        "test",
+        Metrics::new(),
+        health.clone(),
+        Box::new(move || {
+            let started = started.clone();
+            Box::pin(async move {
+                let _ = started.send(()).await;
+                std::future::pending::<()>().await;
+            })
+        }),
+    ));
+    tokio::time::timeout(Duration::from_secs(30), leading.recv())
+        .await
+        .expect("the controllers start once the Lease may be read")
+        .unwrap();
+    assert!(!run.is_finished(), "the process did not end on the 403s");
+    assert!(health.is_ready());
+    let log = log.lock().unwrap().clone();
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    assert_eq!(
+        log[..4],
+        [
+            format!("GET {lease_path}/gryvia-test 403"),
+            format!("GET {lease_path}/gryvia-test 403"),
+            format!("GET {lease_path}/gryvia-test 404"),
+            format!("POST {lease_path} 201"),
+        ],
+        "{log:#?}"
+    );
+    run.abort();
 }
