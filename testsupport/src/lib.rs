@@ -751,6 +751,7 @@ impl ServiceAccountAccess {
             .create(&PostParams::default(), &crb)
             .await
             .with_context(|| format!("create ClusterRoleBinding {binding}"))?;
+        authorized(client, &cr, namespace, name).await?;
         let tr: TokenRequest = serde_json::from_value(serde_json::json!({
             "spec": {"audiences": [], "expirationSeconds": 3600}
         }))?;
@@ -785,6 +786,59 @@ impl ServiceAccountAccess {
     /// When the kubeconfig cannot be loaded.
     pub async fn client(&self) -> Result<kube::Client> {
         client_for(&self.kubeconfig).await
+    }
+}
+
+/// Waits until the API server's authorizer grants `namespace/name` the first resource rule of `role`: a
+/// new binding reaches the authorizer's cache a moment after it is stored, and a component
+/// started before that sees 403s.
+async fn authorized(
+    client: &kube::Client,
+    role: &k8s_openapi::api::rbac::v1::ClusterRole,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let first = |v: &Option<Vec<String>>| v.as_ref().and_then(|v| v.first()).cloned();
+    // A rule on resources (not on non-resource URLs) of the role.
+    let Some(rule) = role
+        .rules
+        .iter()
+        .flatten()
+        .find(|r| first(&r.resources).is_some())
+    else {
+        return Ok(());
+    };
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{namespace}:{name}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}")],
+            "resourceAttributes": {
+                "group": first(&rule.api_groups).unwrap_or_default(),
+                "resource": first(&rule.resources).unwrap_or_default(),
+                "verb": rule.verbs.first().cloned().unwrap_or_default(),
+                "namespace": namespace,
+                "name": first(&rule.resource_names).unwrap_or_default(),
+            }
+        }
+    }))?;
+    let reviews = Api::<SubjectAccessReview>::all(client.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .context("create SubjectAccessReview")?;
+        if answer.status.is_some_and(|s| s.allowed) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "{namespace}/{name} is still not granted {role:?}'s first resource rule after 30s",
+                role = role.metadata.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
