@@ -256,6 +256,7 @@ LIST = """    @overload
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> {ret}[List[_k.{k}]]: ...
 """
 

@@ -5,6 +5,8 @@ all in one run, with a raw HTTPS GET of the same list as the floor.
 Per size (5,000 and 50,000 objects of each kind in one namespace, unless told otherwise):
 - list: one list of every GryviaAIJob (a CRD) and of every batch Job (a built-in kind),
   median of ``--rounds`` rounds, each client's own list call as a user writes it;
+- to_dict: ``to_dict()`` of every item of a list the client made (the list untimed), median
+  of ``--rounds`` rounds, for each client whose list items have one;
 - get: median of 200 reads of one object by name (the same names for every client);
 - watch: events per second of a watch that starts with every object as ``ADDED``, until the
   last one arrived (median of ``--rounds`` watches).
@@ -161,6 +163,19 @@ def median_time(fn, rounds):
     return statistics.median(times), result
 
 
+def median_time_after(setup, fn, rounds):
+    """Like ``median_time``, with ``setup()`` (untimed) before each round and its result given to
+    ``fn``."""
+    times = []
+    for _ in range(rounds):
+        given = setup()
+        started = time.perf_counter()
+        result = fn(given)
+        times.append(time.perf_counter() - started)
+        del given
+    return statistics.median(times), result
+
+
 class Clients:
     """One of each client under test, made once, with what each needs to name the kinds."""
 
@@ -193,6 +208,7 @@ def list_clients(c, ns):
         "GryviaAIJob": [
             ("gryvia Client.list (typed GryviaAIJob)", lambda: len(g.list("GryviaAIJob", ns))),
             ("gryvia Client.list + to_dict() of every item", lambda: len([j.to_dict() for j in g.list("GryviaAIJob", ns)])),
+            ("gryvia Client.list(dicts=True)", lambda: len(g.list("GryviaAIJob", ns, dicts=True))),
             ("kubernetes CustomObjectsApi (dicts)", lambda: len(custom.list_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs")["items"])),
             ("lightkube generic resource", lambda: len(list(lk.list(LkAIJob, namespace=ns)))),
             ("kr8s", lambda: len(list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr)))),
@@ -203,6 +219,29 @@ def list_clients(c, ns):
             ("kubernetes BatchV1Api (dicts, _preload_content=False + json.loads)", lambda: len(json.loads(batch.list_namespaced_job(ns, _preload_content=False).data)["items"])),
             ("lightkube typed Job", lambda: len(list(lk.list(LkJob, namespace=ns)))),
             ("kr8s", lambda: len(list(kr8s.get("jobs", namespace=ns, api=kr)))),
+        ],
+    }
+
+
+def to_dict_clients(c, ns):
+    """Each client's ``to_dict()`` of every item of a list it made (the list itself untimed):
+    (name, list, convert); each convert returns the number of items converted. gryvia's list of
+    a built-in kind holds dicts already, so it has no such row."""
+    batch, lk, LkAIJob, LkJob, g, kr8s, kr = c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr8s, c.kr
+
+    def each(items):
+        return len([o.to_dict() for o in items])
+
+    return {
+        "GryviaAIJob": [
+            ("gryvia GryviaAIJob.to_dict()", lambda: g.list("GryviaAIJob", ns), each),
+            ("lightkube generic resource .to_dict()", lambda: list(lk.list(LkAIJob, namespace=ns)), each),
+            ("kr8s .to_dict()", lambda: list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr)), each),
+        ],
+        "Job": [
+            ("kubernetes V1Job.to_dict()", lambda: batch.list_namespaced_job(ns).items, each),
+            ("lightkube typed Job .to_dict()", lambda: list(lk.list(LkJob, namespace=ns)), each),
+            ("kr8s .to_dict()", lambda: list(kr8s.get("jobs", namespace=ns, api=kr)), each),
         ],
     }
 
@@ -289,6 +328,12 @@ def bench(n, rounds, slow_rounds):
             t, count = median_time(fn, r)
             assert count == n, (name, count)
             rows.append((f"list {kind}", name, t, f"{t / floor:.2f}x floor" + ("" if r == rounds else f", {r} round(s)")))
+    for kind, clients in to_dict_clients(c, ns).items():
+        for name, make, convert in clients:
+            r = slow_rounds if name.startswith("kr8s") else rounds
+            t, count = median_time_after(make, convert, r)
+            assert count == n, (name, count)
+            rows.append((f"to_dict {kind}", name, t, f"{t / n * 1e6:.1f} us per item" + ("" if r == rounds else f", {r} round(s)")))
     names = [f"bench-{i:06d}" for i in random.Random(7).sample(range(n), 200)]
     for kind, clients in get_clients(c, ns).items():
         plural = paths[kind]

@@ -53,6 +53,15 @@ impl fmt::Display for SplitError {
 
 impl std::error::Error for SplitError {}
 
+/// The bytes as text: checked as UTF-8 (std's check runs a word at a time over ASCII), with any
+/// invalid sequence replaced by U+FFFD, which the item's parser then reads as it stands.
+fn text_of(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
 /// Cuts a list response into its items as the bytes arrive. Keeps only the bytes of the item
 /// (or response field) under way between chunks. It checks the response's structure, not each
 /// item's JSON: the caller parses every item and finds any error there.
@@ -262,8 +271,7 @@ impl Splitter {
             At::Items => return Err(self.error("an item (an object)")),
             At::InItem => {
                 if self.scan(b) {
-                    let text = String::from_utf8_lossy(&self.buf[self.mark..=self.pos]);
-                    items.push(text.into_owned());
+                    items.push(text_of(&self.buf[self.mark..=self.pos]));
                     self.at = At::AfterItem;
                 }
             }
@@ -298,8 +306,8 @@ impl Splitter {
             self.pos + 1
         };
         self.in_scalar = false;
-        let key = String::from_utf8_lossy(&self.key).into_owned();
-        let text = String::from_utf8_lossy(&self.buf[self.mark..end]).into_owned();
+        let key = text_of(&self.key);
+        let text = text_of(&self.buf[self.mark..end]);
         self.fields.push((key, text));
     }
 

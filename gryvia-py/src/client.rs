@@ -169,6 +169,7 @@ async fn op_list(
     kind: String,
     namespace: Option<String>,
     label_selector: Option<String>,
+    dicts: bool,
 ) -> PyResult<Py<PyAny>> {
     let (ns, sel) = (namespace.as_deref(), label_selector.as_deref());
     let (k, mut parts) = s
@@ -176,7 +177,11 @@ async fn op_list(
         .list_stream(&api_version, &kind, ns, sel)
         .await
         .map_err(py_err)?;
-    let decode = Decode::of(&k.resource.api_version, &k.resource.kind)?;
+    let decode = if dicts {
+        Decode::dict(&k.resource.api_version, &k.resource.kind)
+    } else {
+        Decode::of(&k.resource.api_version, &k.resource.kind)?
+    };
     let out = Python::attach(|py| PyList::empty(py).unbind());
     let mut whole = false;
     // Items are decoded as they arrive, while the server still sends the rest of the body.
@@ -220,12 +225,16 @@ enum Decode {
 }
 
 impl Decode {
+    fn dict(api_version: &str, kind: &str) -> Decode {
+        Decode::Dict {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+
     fn of(api_version: &str, kind: &str) -> PyResult<Decode> {
         if api_version != gryvia_types::API_VERSION {
-            return Ok(Decode::Dict {
-                api_version: api_version.to_owned(),
-                kind: kind.to_owned(),
-            });
+            return Ok(Decode::dict(api_version, kind));
         }
         crate::kind_classes::unparsed(kind)
             .map(Decode::Gryvia)
@@ -579,8 +588,9 @@ impl Client {
         )
     }
 
-    /// Lists objects in `namespace`, or in every namespace without one.
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None))]
+    /// Lists objects in `namespace`, or in every namespace without one; with `dicts`, the
+    /// objects of a Gryvia kind come as dicts too.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=false))]
     fn list(
         &self,
         py: Python<'_>,
@@ -588,6 +598,7 @@ impl Client {
         namespace: Option<String>,
         label_selector: Option<String>,
         api_version: Option<&str>,
+        dicts: bool,
     ) -> PyResult<Py<PyAny>> {
         let av = api_version_of(kind, api_version)?;
         block(
@@ -598,6 +609,7 @@ impl Client {
                 kind.to_owned(),
                 namespace,
                 label_selector,
+                dicts,
             ),
         )
     }
@@ -758,8 +770,9 @@ impl AsyncClient {
         )
     }
 
-    /// Lists objects in `namespace`, or in every namespace without one.
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None))]
+    /// Lists objects in `namespace`, or in every namespace without one; with `dicts`, the
+    /// objects of a Gryvia kind come as dicts too.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=false))]
     fn list<'py>(
         &self,
         py: Python<'py>,
@@ -767,6 +780,7 @@ impl AsyncClient {
         namespace: Option<String>,
         label_selector: Option<String>,
         api_version: Option<&str>,
+        dicts: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let av = api_version_of(kind, api_version)?;
         pyo3_async_runtimes::tokio::future_into_py(
@@ -777,6 +791,7 @@ impl AsyncClient {
                 kind.to_owned(),
                 namespace,
                 label_selector,
+                dicts,
             ),
         )
     }

@@ -48,12 +48,7 @@ impl KeyCache {
     }
 
     fn get<'py>(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
-        // FNV-1a.
-        let mut h: u32 = 0x811c_9dc5;
-        for &b in key.as_bytes() {
-            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-        }
-        let slot = &mut self.slots[h as usize & (KEY_SLOTS - 1)];
+        let slot = &mut self.slots[key_hash(key.as_bytes()) & (KEY_SLOTS - 1)];
         if let Some((text, s)) = slot
             && **text == *key
         {
@@ -63,6 +58,25 @@ impl KeyCache {
         *slot = Some((key.into(), s.clone().unbind()));
         s
     }
+}
+
+/// A hash of a key, eight bytes at a time (the keys are short: most take one or two steps).
+fn key_hash(key: &[u8]) -> usize {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = key.len() as u64;
+    let mut words = key.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+    }
+    (h >> 32) as usize
 }
 
 /// The process's key cache (behind the GIL, so never contended; a decode that finds it in use,

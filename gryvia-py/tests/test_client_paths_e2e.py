@@ -48,6 +48,10 @@ def test_list_get_and_watch_return_what_the_official_client_returns(client, kube
     assert [j.spec.replicas for j in listed[::2]] == [1 + int(j.metadata.labels["i"]) % 3 for j in listed[::2]]
     assert _by_name(j.to_dict() for j in listed) == _by_name(official_ai)
     assert listed == [client.get("GryviaAIJob", j.name, namespace) for j in listed]
+    # dicts=True: the same objects as plain dicts, as the official client gives them.
+    as_dicts = client.list("GryviaAIJob", namespace, dicts=True)
+    assert all(type(j) is dict for j in as_dicts)
+    assert _by_name(as_dicts) == _by_name(official_ai)
     got = client.get("GryviaAIJob", "a-03", namespace)
     assert got.to_dict() == custom.get_namespaced_custom_object("gryvia.io", "v1alpha1", namespace, "gryviaaijobs", "a-03")
 
@@ -75,6 +79,11 @@ def test_list_get_and_watch_return_what_the_official_client_returns(client, kube
 
     assert _by_name(asyncio.run(listed_async())) == _by_name(official_jobs)
 
+    async def listed_dicts_async():
+        return await gryvia.AsyncClient(kubeconfig=kubeconfig).list("GryviaAIJob", namespace, dicts=True)
+
+    assert _by_name(asyncio.run(listed_dicts_async())) == _by_name(official_ai)
+
 
 def test_an_empty_list_and_a_label_selector(client, namespace):
     assert client.list("GryviaAIJob", namespace) == []
@@ -82,3 +91,29 @@ def test_an_empty_list_and_a_label_selector(client, namespace):
     client.create(_aijob("one", namespace, 1))
     client.create(_aijob("two", namespace, 2))
     assert [j.name for j in client.list("GryviaAIJob", namespace, label_selector="i=2")] == ["two"]
+
+
+def test_strings_with_escapes_controls_and_any_characters_read_as_json_reads_them(client, kubeconfig, namespace):
+    # The key cache hashes keys eight bytes at a time; the list splitter and the parser skip
+    # through strings to their next quote or backslash: put each special character (and
+    # multi-byte ones) at every offset of a word, in keys and in values.
+    specials = ['"', "\\", "\n", "\t", "\x01", "\x1f", "/", "é", "€", "😀", "\u2028", "ÿ"]
+    data = {}
+    for pad in range(17):
+        for k, c in enumerate(specials):
+            data[f"k{pad:02d}-{k:02d}"] = "x" * pad + c + "y" * (16 - pad) + c + "z"
+    labels = {f"{'k' * pad}.example.com/v": str(pad) for pad in range(1, 40)}
+    data["empty"] = ""
+    data["long"] = "a" * 1000 + '"' + "b" * 7 + "\\" + "c" * 9
+    data["ascii"] = "".join(chr(c) for c in range(0x20, 0x7F))
+    client.create({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "strings", "namespace": namespace, "labels": labels},
+                   "data": data})
+    from kubernetes import client as k8s, config as k8s_config
+
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=kubeconfig))
+    raw = json.loads(core.list_namespaced_config_map(namespace, _preload_content=False).data)["items"]
+    listed = _by_name(client.list("ConfigMap", namespace, api_version="v1"))
+    assert listed["strings"]["data"] == data
+    assert listed["strings"]["metadata"]["labels"] == labels
+    assert listed["strings"] == {"apiVersion": "v1", "kind": "ConfigMap", **_by_name(raw)["strings"]}

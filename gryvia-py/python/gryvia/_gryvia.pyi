@@ -414,6 +414,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaAIJob]: ...
     @overload
     def list(
@@ -422,6 +423,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaAutoPolicy]: ...
     @overload
     def list(
@@ -430,6 +432,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaAutoTuner]: ...
     @overload
     def list(
@@ -438,6 +441,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaBudget]: ...
     @overload
     def list(
@@ -446,6 +450,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaCollectorConfig]: ...
     @overload
     def list(
@@ -454,6 +459,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaFabricSignal]: ...
     @overload
     def list(
@@ -462,6 +468,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaFlowAggregate]: ...
     @overload
     def list(
@@ -470,6 +477,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaFlowPolicy]: ...
     @overload
     def list(
@@ -478,6 +486,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaGpuNode]: ...
     @overload
     def list(
@@ -486,6 +495,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaGpuSku]: ...
     @overload
     def list(
@@ -494,6 +504,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaHealthCheck]: ...
     @overload
     def list(
@@ -502,6 +513,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaInferenceService]: ...
     @overload
     def list(
@@ -510,6 +522,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaInvoice]: ...
     @overload
     def list(
@@ -518,6 +531,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaJobHook]: ...
     @overload
     def list(
@@ -526,6 +540,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaModelRegistry]: ...
     @overload
     def list(
@@ -534,6 +549,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaNetwork]: ...
     @overload
     def list(
@@ -542,6 +558,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaNetworkAnomaly]: ...
     @overload
     def list(
@@ -550,6 +567,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaNetworkBaseline]: ...
     @overload
     def list(
@@ -558,6 +576,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaNetworkCost]: ...
     @overload
     def list(
@@ -566,6 +585,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaPriority]: ...
     @overload
     def list(
@@ -574,6 +594,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaQueue]: ...
     @overload
     def list(
@@ -582,6 +603,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaQuota]: ...
     @overload
     def list(
@@ -590,6 +612,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaReservation]: ...
     @overload
     def list(
@@ -598,6 +621,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaServiceGraph]: ...
     @overload
     def list(
@@ -606,6 +630,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaStorage]: ...
     @overload
     def list(
@@ -614,6 +639,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaTemplate]: ...
     @overload
     def list(
@@ -622,6 +648,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaTenant]: ...
     @overload
     def list(
@@ -630,6 +657,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaTrainingInsight]: ...
     @overload
     def list(
@@ -638,6 +666,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaUsageRecord]: ...
     @overload
     def list(
@@ -646,6 +675,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaWorkflow]: ...
     @overload
     def list(
@@ -654,6 +684,7 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> List[_k.GryviaWorkspace]: ...
     # --- end of generated Client.list overloads ---
     @overload
@@ -663,8 +694,12 @@ class Client:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: bool = False,
     ) -> List[Any]:
-        """Lists objects in ``namespace``, or in every namespace without one."""
+        """Lists objects in ``namespace``, or in every namespace without one. Objects of a
+        Gryvia kind come as objects of its class, or with ``dicts=True`` as dicts (decoded while
+        the body streams in, the fastest way to the whole of every object); other kinds always
+        come as dicts."""
     def create(self, obj: Any) -> Any:
         """Creates an object (a ``Resource`` or a dict; the context's namespace when it names
         none); raises ``ConflictError`` when it exists."""
@@ -839,6 +874,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaAIJob]]: ...
     @overload
     def list(
@@ -847,6 +883,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaAutoPolicy]]: ...
     @overload
     def list(
@@ -855,6 +892,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaAutoTuner]]: ...
     @overload
     def list(
@@ -863,6 +901,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaBudget]]: ...
     @overload
     def list(
@@ -871,6 +910,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaCollectorConfig]]: ...
     @overload
     def list(
@@ -879,6 +919,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaFabricSignal]]: ...
     @overload
     def list(
@@ -887,6 +928,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaFlowAggregate]]: ...
     @overload
     def list(
@@ -895,6 +937,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaFlowPolicy]]: ...
     @overload
     def list(
@@ -903,6 +946,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaGpuNode]]: ...
     @overload
     def list(
@@ -911,6 +955,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaGpuSku]]: ...
     @overload
     def list(
@@ -919,6 +964,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaHealthCheck]]: ...
     @overload
     def list(
@@ -927,6 +973,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaInferenceService]]: ...
     @overload
     def list(
@@ -935,6 +982,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaInvoice]]: ...
     @overload
     def list(
@@ -943,6 +991,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaJobHook]]: ...
     @overload
     def list(
@@ -951,6 +1000,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaModelRegistry]]: ...
     @overload
     def list(
@@ -959,6 +1009,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaNetwork]]: ...
     @overload
     def list(
@@ -967,6 +1018,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaNetworkAnomaly]]: ...
     @overload
     def list(
@@ -975,6 +1027,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaNetworkBaseline]]: ...
     @overload
     def list(
@@ -983,6 +1036,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaNetworkCost]]: ...
     @overload
     def list(
@@ -991,6 +1045,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaPriority]]: ...
     @overload
     def list(
@@ -999,6 +1054,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaQueue]]: ...
     @overload
     def list(
@@ -1007,6 +1063,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaQuota]]: ...
     @overload
     def list(
@@ -1015,6 +1072,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaReservation]]: ...
     @overload
     def list(
@@ -1023,6 +1081,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaServiceGraph]]: ...
     @overload
     def list(
@@ -1031,6 +1090,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaStorage]]: ...
     @overload
     def list(
@@ -1039,6 +1099,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaTemplate]]: ...
     @overload
     def list(
@@ -1047,6 +1108,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaTenant]]: ...
     @overload
     def list(
@@ -1055,6 +1117,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaTrainingInsight]]: ...
     @overload
     def list(
@@ -1063,6 +1126,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaUsageRecord]]: ...
     @overload
     def list(
@@ -1071,6 +1135,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaWorkflow]]: ...
     @overload
     def list(
@@ -1079,6 +1144,7 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: Literal[False] = False,
     ) -> Awaitable[List[_k.GryviaWorkspace]]: ...
     # --- end of generated AsyncClient.list overloads ---
     @overload
@@ -1088,8 +1154,10 @@ class AsyncClient:
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
+        dicts: bool = False,
     ) -> Awaitable[List[Any]]:
-        """Lists objects in ``namespace``, or in every namespace without one."""
+        """Lists objects in ``namespace``, or in every namespace without one (``dicts`` as for
+        ``Client.list``)."""
     def create(self, obj: Any) -> Awaitable[Any]:
         """Creates an object; raises ``ConflictError`` when it exists."""
     def apply(self, obj: Any, force: bool = True, field_manager: Optional[str] = None) -> Awaitable[Any]:

@@ -1,7 +1,7 @@
 """What the typed classes promise an editor and a type checker (checked by mypy --strict in
 test_typed_classes.py; never run)."""
 
-from typing import List, assert_type
+from typing import Any, List, assert_type
 
 import gryvia
 from gryvia.objects import GryviaAIJobSpec, GryviaAIJobStatusConditions, ObjectMap
@@ -22,6 +22,8 @@ def blocking(c: gryvia.Client) -> None:
     assert_type(job.metadata.labels["team"], str)
     assert_type(c.list("GryviaTenant"), List[gryvia.GryviaTenant])
     assert_type(c.list("GryviaTenant")[0].spec.display_name, str)
+    assert_type(c.list("GryviaTenant", dicts=False), List[gryvia.GryviaTenant])
+    assert_type(c.list("GryviaTenant", dicts=True), List[Any])
     assert_type(c.submit({"spec": {}}), gryvia.GryviaAIJob)
     # Other kinds and groups: untyped, as before.
     c.get("Job", "x", api_version="batch/v1")["spec"]
