@@ -712,19 +712,41 @@ pub struct GryviaNetworkBaselineStatus {
     /// Samples folded in.
     #[serde(default)]
     pub samples: i64,
-    /// Per metric mean and variance.
+    /// Per metric (`bytesPerSecond`, `connections`, `retransmitsPerSecond`, `rttMicros`) the
+    /// running mean and variance.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, MetricBaseline>,
+    /// End of the node's last GryviaFlowAggregate window folded in (each window is folded
+    /// once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_end: Option<Time>,
+    /// `updatedAt` of the node's last GryviaFabricSignal folded in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_at: Option<Time>,
 }
 
 /// Running statistics of one metric.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricBaseline {
-    /// Mean.
+    /// Mean: exact over the first `minSamples` samples, then an exponentially weighted moving
+    /// average (weight 2 / (minSamples + 1)).
     pub mean: f64,
-    /// Variance.
+    /// Variance, the same way.
     pub variance: f64,
+    /// Samples of this metric folded in.
+    #[serde(default)]
+    pub samples: i64,
+    /// The last value folded in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<f64>,
+    /// When the last value was folded in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+    /// Whether the last value was beyond `sensitivitySigma` of the baseline (judged before it
+    /// was folded in).
+    #[serde(default)]
+    pub deviating: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

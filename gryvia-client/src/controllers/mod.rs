@@ -10,6 +10,7 @@ pub mod invoice;
 pub mod job_hook;
 pub mod kueue;
 pub mod metering;
+pub mod network_baseline;
 pub mod network_health;
 pub mod priority;
 pub mod queue;

@@ -1,11 +1,12 @@
-//! The operators: which controllers each composes and its flags (`quota`, `gpu`, `ai`), and
-//! what every Gryvia operator binary shares: the common flags (metrics address, leader
-//! election, `--dry-run`, log format), logging setup, signal handling, the [`ControllerSet`]
-//! an operator builds, and the run loop that serves `/metrics` `/healthz` `/readyz` while the
-//! controllers run under leader election.
+//! The operators: which controllers each composes and its flags (`quota`, `gpu`, `ai`,
+//! `network`), and what every Gryvia operator binary shares: the common flags (metrics
+//! address, leader election, `--dry-run`, log format), logging setup, signal handling, the
+//! [`ControllerSet`] an operator builds, and the run loop that serves `/metrics` `/healthz`
+//! `/readyz` while the controllers run under leader election.
 
 pub mod ai;
 pub mod gpu;
+pub mod network;
 pub mod quota;
 
 use std::net::SocketAddr;

@@ -4195,23 +4195,59 @@ class GryviaNetworkBaselineSpec(Object):
 class GryviaNetworkBaselineStatusMetricsValue(Object):
     """Running statistics of one metric."""
     @property
+    def at(self) -> str:
+        """When the last value was folded in.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'at' in obj`` tells).
+        """
+    @property
+    def deviating(self) -> bool:
+        """Whether the last value was beyond `sensitivitySigma` of the baseline (judged before it
+        was folded in).
+        """
+    @property
+    def last(self) -> float:
+        """The last value folded in.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'last' in obj`` tells).
+        """
+    @property
     def mean(self) -> float:
-        """Mean."""
+        """Mean: exact over the first `minSamples` samples, then an exponentially weighted moving
+        average (weight 2 / (minSamples + 1)).
+        """
+    @property
+    def samples(self) -> int:
+        """Samples of this metric folded in."""
     @property
     def variance(self) -> float:
-        """Variance."""
+        """Variance, the same way."""
 
 class GryviaNetworkBaselineStatus(Object):
     """Learned values."""
     @property
     def metrics(self) -> ObjectMap[GryviaNetworkBaselineStatusMetricsValue]:
-        """Per metric mean and variance.
+        """Per metric (`bytesPerSecond`, `connections`, `retransmitsPerSecond`, `rttMicros`) the
+        running mean and variance.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'metrics' in obj`` tells).
         """
     @property
     def samples(self) -> int:
         """Samples folded in."""
+    @property
+    def signal_at(self) -> str:
+        """`updatedAt` of the node's last GryviaFabricSignal folded in.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'signalAt' in obj`` tells).
+        """
+    @property
+    def window_end(self) -> str:
+        """End of the node's last GryviaFlowAggregate window folded in (each window is folded
+        once).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'windowEnd' in obj`` tells).
+        """
 
 class GryviaNetworkBaseline(Resource):
     """Auto-generated derived type for GryviaNetworkBaselineSpec via `CustomResource`"""

@@ -107,12 +107,20 @@ pub fn fold(b: &MetricBaseline, n: i64, x: f64, min_samples: i64) -> MetricBasel
         MetricBaseline {
             mean,
             variance: variance.max(0.0),
+            samples: n.max(0) + 1,
+            last: Some(x),
+            at: b.at.clone(),
+            deviating: b.deviating,
         }
     } else {
         let a = alpha(min_samples);
         MetricBaseline {
             mean: b.mean + a * d,
             variance: ((1.0 - a) * (b.variance + a * d * d)).max(0.0),
+            samples: n + 1,
+            last: Some(x),
+            at: b.at.clone(),
+            deviating: b.deviating,
         }
     }
 }
@@ -179,7 +187,9 @@ pub struct Step {
 }
 
 /// Folds one sample (values by metric; a metric missing from it is left alone) into baselines
-/// that have `samples` samples, judging it first once `min_samples` are in.
+/// folded `samples` times, judging each metric first once `min_samples` of it are in (each
+/// metric counts its own samples: a sample may lack some). Each metric it had records whether
+/// it was deviating; a deviating value moves the mean but leaves the variance as it was.
 pub fn step(
     samples: i64,
     metrics: &BTreeMap<String, MetricBaseline>,
@@ -194,13 +204,23 @@ pub fn step(
     };
     for (&metric, &x) in sample {
         let b = metrics.get(metric.key()).cloned().unwrap_or_default();
-        if samples >= min_samples
-            && let Some(d) = judge(metric, &b, x, sigma)
-        {
+        let found = if b.samples >= min_samples {
+            judge(metric, &b, x, sigma)
+        } else {
+            None
+        };
+        let mut folded = fold(&b, b.samples, x, min_samples);
+        if found.is_some() {
+            // A deviating value moves the mean (a lasting change of level becomes the new
+            // normal) but does not widen the variance: otherwise the spread it causes would
+            // hide the same deviation two or three samples later, while it still lasts.
+            folded.variance = b.variance;
+        }
+        folded.deviating = found.is_some();
+        if let Some(d) = found {
             out.anomalies.insert(metric, d);
         }
-        out.metrics
-            .insert(metric.key().to_owned(), fold(&b, samples, x, min_samples));
+        out.metrics.insert(metric.key().to_owned(), folded);
     }
     out
 }
@@ -277,6 +297,7 @@ mod tests {
         let b = MetricBaseline {
             mean: 1000.0,
             variance: 100.0,
+            ..MetricBaseline::default()
         };
         // sd 10: 3 sigma is 30 away.
         assert!(judge(Metric::Bytes, &b, 960.0, 3.0).is_some());
@@ -333,6 +354,60 @@ mod tests {
         let d = &s.anomalies[&Metric::Bytes];
         assert_eq!((d.observed, d.baseline), (10.0, 1000.0));
         assert!(s.metrics["bytesPerSecond"].mean < 1000.0);
+    }
+
+    #[test]
+    fn a_lasting_drop_stays_an_anomaly_for_dozens_of_samples_then_becomes_the_new_normal() {
+        let mut metrics = BTreeMap::new();
+        let mut samples = 0;
+        let mut deviating = Vec::new();
+        for i in 0..300 {
+            let x = if i < 30 { 10_000.0 } else { 10.0 };
+            let s = step(
+                samples,
+                &metrics,
+                &BTreeMap::from([(Metric::Bytes, x)]),
+                30,
+                3.0,
+            );
+            deviating.push(s.metrics["bytesPerSecond"].deviating);
+            (samples, metrics) = (s.samples, s.metrics);
+        }
+        let first_normal = deviating.iter().skip(30).position(|d| !d).unwrap();
+        assert!(deviating[30..30 + first_normal].iter().all(|&d| d));
+        // The level never moved before, so sigma is 1% of the mean: the mean, 10 + 9990 (1 -
+        // 2/31)^k, is within 3% of itself after about 156 samples.
+        assert!((150..165).contains(&first_normal), "{first_normal}");
+        assert!(deviating[30 + first_normal..].iter().all(|d| !d));
+    }
+
+    #[test]
+    fn each_metric_counts_its_own_samples_and_records_whether_it_deviated() {
+        let mut metrics = BTreeMap::new();
+        let mut samples = 0;
+        // Bytes in every sample, RTT in every other: RTT is judged only after its own 30.
+        for i in 0..60 {
+            let mut sample = BTreeMap::from([(Metric::Bytes, 1000.0)]);
+            if i % 2 == 0 {
+                sample.insert(Metric::RttMicros, 500.0);
+            }
+            let s = step(samples, &metrics, &sample, 30, 3.0);
+            (samples, metrics) = (s.samples, s.metrics);
+        }
+        assert_eq!(samples, 60);
+        assert_eq!(metrics["bytesPerSecond"].samples, 60);
+        assert_eq!(metrics["rttMicros"].samples, 30);
+        let s = step(
+            samples,
+            &metrics,
+            &BTreeMap::from([(Metric::Bytes, 1000.0), (Metric::RttMicros, 5000.0)]),
+            30,
+            3.0,
+        );
+        assert_eq!(s.anomalies.keys().collect::<Vec<_>>(), [&Metric::RttMicros]);
+        assert!(s.metrics["rttMicros"].deviating);
+        assert!(!s.metrics["bytesPerSecond"].deviating);
+        assert_eq!(s.metrics["rttMicros"].last, Some(5000.0));
     }
 
     #[test]

@@ -9,4 +9,5 @@ pub mod baseline;
 pub mod cost;
 pub mod graph;
 pub mod learn;
+pub mod reconcile;
 pub mod straggler;

@@ -4808,13 +4808,25 @@ func (in *GryviaNetworkBaselineStatus) DeepCopyInto(out *GryviaNetworkBaselineSt
 		in, out := &in.Metrics, &out.Metrics
 		*out = make(map[string]GryviaNetworkBaselineStatusMetrics, len(*in))
 		for key, val := range *in {
-			(*out)[key] = val
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
 		}
 	}
 	if in.Samples != nil {
 		in, out := &in.Samples, &out.Samples
 		*out = new(int64)
 		**out = **in
+	}
+	if in.SignalAt != nil {
+		in, out := &in.SignalAt, &out.SignalAt
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.WindowEnd != nil {
+		in, out := &in.WindowEnd, &out.WindowEnd
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
 	}
 }
 
@@ -4831,6 +4843,26 @@ func (in *GryviaNetworkBaselineStatus) DeepCopy() *GryviaNetworkBaselineStatus {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaNetworkBaselineStatusMetrics) DeepCopyInto(out *GryviaNetworkBaselineStatusMetrics) {
 	*out = *in
+	if in.At != nil {
+		in, out := &in.At, &out.At
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Deviating != nil {
+		in, out := &in.Deviating, &out.Deviating
+		*out = new(bool)
+		**out = **in
+	}
+	if in.Last != nil {
+		in, out := &in.Last, &out.Last
+		*out = new(float64)
+		**out = **in
+	}
+	if in.Samples != nil {
+		in, out := &in.Samples, &out.Samples
+		*out = new(int64)
+		**out = **in
+	}
 }
 
 // DeepCopy returns a deep copy of in, or nil when in is nil.

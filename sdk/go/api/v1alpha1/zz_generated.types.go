@@ -4309,7 +4309,8 @@ type GryviaNetworkBaselineSpec struct {
 //
 // Learned values.
 type GryviaNetworkBaselineStatus struct {
-	// Per metric mean and variance.
+	// Per metric (`bytesPerSecond`, `connections`, `retransmitsPerSecond`, `rttMicros`) the
+	// running mean and variance.
 	//
 	// +optional
 	Metrics map[string]GryviaNetworkBaselineStatusMetrics `json:"metrics,omitempty"`
@@ -4320,16 +4321,53 @@ type GryviaNetworkBaselineStatus struct {
 	//
 	// +optional
 	Samples *int64 `json:"samples,omitempty"`
+
+	// `updatedAt` of the node's last GryviaFabricSignal folded in.
+	//
+	// +optional
+	SignalAt *metav1.Time `json:"signalAt,omitempty"`
+
+	// End of the node's last GryviaFlowAggregate window folded in (each window is folded
+	// once).
+	//
+	// +optional
+	WindowEnd *metav1.Time `json:"windowEnd,omitempty"`
 }
 
 // GryviaNetworkBaselineStatusMetrics is the schema of GryviaNetworkBaseline .status.metrics{}.
 //
 // Running statistics of one metric.
 type GryviaNetworkBaselineStatusMetrics struct {
-	// Mean.
+	// When the last value was folded in.
+	//
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
+
+	// Whether the last value was beyond `sensitivitySigma` of the baseline (judged before it
+	// was folded in).
+	//
+	// The API server defaults it to false.
+	//
+	// +optional
+	Deviating *bool `json:"deviating,omitempty"`
+
+	// The last value folded in.
+	//
+	// +optional
+	Last *float64 `json:"last,omitempty"`
+
+	// Mean: exact over the first `minSamples` samples, then an exponentially weighted moving
+	// average (weight 2 / (minSamples + 1)).
 	Mean float64 `json:"mean"`
 
-	// Variance.
+	// Samples of this metric folded in.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	Samples *int64 `json:"samples,omitempty"`
+
+	// Variance, the same way.
 	Variance float64 `json:"variance"`
 }
 

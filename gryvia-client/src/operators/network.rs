@@ -1,0 +1,37 @@
+//! The network-operator (opt-in, like the collector it reads): network intelligence from the
+//! collectors' GryviaFlowAggregates and GryviaFabricSignals. Each GryviaNetworkBaseline learns
+//! its node's normal traffic and raises GryviaNetworkAnomalies, which resolve themselves when
+//! the traffic is back within bounds.
+
+use super::{ControllerSet, OperatorFlags};
+use crate::Result;
+use crate::controllers::network_baseline;
+
+/// Name of the operator (its Lease, its logs).
+pub const NAME: &str = "gryvia-network-operator";
+
+/// Learns each node's normal traffic from the collectors' data and raises and resolves
+/// network anomalies.
+#[derive(clap::Parser, Debug)]
+#[command(name = "gryvia-network-operator", version)]
+pub struct Flags {
+    /// Flags every operator takes.
+    #[command(flatten)]
+    pub operator: OperatorFlags,
+}
+
+/// The controllers the network-operator runs.
+pub fn controllers(_flags: &Flags) -> ControllerSet {
+    ControllerSet::new()
+        .with(network_baseline::baseline_controller)
+        .with(network_baseline::anomaly_controller)
+}
+
+/// Runs the network-operator until SIGTERM.
+///
+/// # Errors
+/// What [`super::run_blocking`] returns.
+pub fn run(flags: &Flags) -> Result<()> {
+    tracing::info!("network baselines and anomalies on");
+    super::run_blocking(NAME, &flags.operator, controllers(flags), None)
+}
