@@ -69,16 +69,19 @@ fn client(server: Server, log: Arc<Mutex<Vec<String>>>) -> kube::Client {
                 Answer::Json(code, v) => (code, v),
                 Answer::Hang => std::future::pending().await,
             };
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(json.to_string())))
-                    .unwrap(),
-            )
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(respond(code, &json))
         }
     });
     kube::Client::new(svc, "default")
+}
+
+/// A JSON answer with this status code.
+fn respond(code: u16, json: &Value) -> http::Response<Full<Bytes>> {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(json.to_string())))
+        .unwrap()
 }
 
 fn status(code: u16, reason: &str) -> Answer {
@@ -578,13 +581,7 @@ fn lease_server(forbidden: usize, log: Arc<Mutex<Vec<String>>>) -> kube::Client 
                 _ => (405, status_json(405, "MethodNotAllowed")),
             };
             log.lock().unwrap().push(format!("{method} {path} {code}"));
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(json.to_string())))
-                    .unwrap(),
-            )
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(respond(code, &json))
         }
     });
     kube::Client::new(svc, "default")
