@@ -140,12 +140,15 @@ impl Reconcile for BaselineReconciler {
             for change in changes(node, &world.open, &values, &found, now) {
                 if let Change::Raise { name, spec } = change {
                     let sample = status.metrics.get(&spec.metric).map_or(0, |m| m.samples);
+                    let severity = serde_json::to_value(spec.severity)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
                     let message = format!(
-                        "{} on {node}: {} against a baseline of {} ({:?}); anomaly {name}",
+                        "{} on {node}: {} against a baseline of {} ({severity}); anomaly {name}",
                         spec.metric,
                         number(spec.observed),
                         number(spec.baseline),
-                        spec.severity,
                     );
                     let mut anomaly = GryviaNetworkAnomaly::new(&name, spec);
                     anomaly.metadata.annotations = Some(BTreeMap::from([(
@@ -334,9 +337,9 @@ mod tests {
         assert_eq!(spec["baseline"], 10_000.0);
         assert_eq!(plans[0].events[0].reason, RAISED);
         assert!(
-            plans[0].events[0]
-                .message
-                .contains("bytesPerSecond on node-1: 10.0 against a baseline of 10000.0"),
+            plans[0].events[0].message.contains(
+                "bytesPerSecond on node-1: 10.0 against a baseline of 10000.0 (critical)"
+            ),
             "{:?}",
             plans[0].events
         );
