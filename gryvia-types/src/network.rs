@@ -347,22 +347,44 @@ pub struct GryviaServiceGraphStatus {
     /// When it was computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
+    /// The window's edges in twelve buckets of `windowMinutes / 12` each, oldest first (a
+    /// bucket leaves the window whole); the edges above are their sums.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<GraphBucket>,
+    /// Per node, the end of the last GryviaFlowAggregate window folded in (each is folded
+    /// once).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, Time>,
+}
+
+/// The edges of the flow windows that ended in one bucket of time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphBucket {
+    /// Start of the bucket.
+    pub start: Time,
+    /// Its edges, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edges: Vec<GraphEdge>,
 }
 
 /// An edge of the service graph.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GraphEdge {
-    /// Client workload.
+    /// Client workload (`namespace/name`, or `external/<ip>`).
     pub from: String,
-    /// Server workload.
+    /// Server workload, Service or `external/<ip>`.
     pub to: String,
     /// Server port.
     pub port: i32,
-    /// Bytes in the window.
+    /// Bytes in the window, both ways.
     pub bytes: i64,
     /// Connections in the window.
     pub connections: i64,
+    /// Retransmitted segments in the window.
+    #[serde(default)]
+    pub retransmits: i64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ use serde::{Deserialize, Deserializer};
 pub const KEPT_ANNOTATIONS: [&str; 1] = [crate::labels::MIRROR_POD];
 
 /// A pod as the operators' caches hold it: its metadata (without managed fields and with only
-/// the [`KEPT_ANNOTATIONS`]), the node it is bound to, its phase, and what each of its
-/// containers (not init containers) asks for. Listed and watched as `v1` `pods`.
+/// the [`KEPT_ANNOTATIONS`]), the node it is bound to, its phase, its own address, and what each
+/// of its containers (not init containers) asks for. Listed and watched as `v1` `pods`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CachedPod {
     /// The pod's metadata, without managed fields, with only the [`KEPT_ANNOTATIONS`].
@@ -33,6 +33,9 @@ pub struct CachedPod {
     pub node_name: Option<String>,
     /// `status.phase`.
     pub phase: Option<String>,
+    /// `status.podIP`, when the pod has an address of its own (not `spec.hostNetwork`, whose
+    /// address is its node's).
+    pub pod_ip: Option<String>,
     /// Per container (`spec.containers`, in order): the resources it asks for, each its
     /// request, or its limit where it sets no request (the API server defaults a missing
     /// request to the limit; for extended resources such as GPUs the two must be equal).
@@ -80,12 +83,17 @@ struct ContainerJson {
 struct SpecJson {
     node_name: Option<String>,
     #[serde(default)]
+    host_network: bool,
+    #[serde(default)]
     containers: Vec<ContainerJson>,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct StatusJson {
     phase: Option<String>,
+    #[serde(rename = "podIP")]
+    pod_ip: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -138,6 +146,7 @@ impl<'de> Deserialize<'de> for CachedPod {
                 self_link: None,
             }
         });
+        let host_network = pod.spec.as_ref().is_some_and(|s| s.host_network);
         let (node_name, containers) = pod.spec.map_or((None, Vec::new()), |s| {
             let containers: Vec<_> = s
                 .containers
@@ -150,10 +159,14 @@ impl<'de> Deserialize<'de> for CachedPod {
                 .collect();
             (s.node_name, containers)
         });
+        let (phase, pod_ip) = pod.status.map_or((None, None), |s| {
+            (s.phase, s.pod_ip.filter(|_| !host_network))
+        });
         Ok(CachedPod {
             metadata,
             node_name,
-            phase: pod.status.and_then(|s| s.phase),
+            phase,
+            pod_ip,
             containers,
         })
     }
@@ -232,6 +245,7 @@ mod tests {
         assert_eq!(p.metadata.owner_references.as_ref().map(Vec::len), Some(1));
         assert_eq!(p.node_name.as_deref(), Some("gpu-node-3"));
         assert_eq!(p.phase.as_deref(), Some("Running"));
+        assert_eq!(p.pod_ip.as_deref(), Some("10.0.0.1"));
         assert_eq!(p.containers.len(), 2);
         // A request wins over the limit; a limit alone counts as the request.
         assert_eq!(p.asks(0, "memory"), Some(&Quantity("512Mi".into())));
@@ -239,6 +253,16 @@ mod tests {
         assert_eq!(p.asks(0, "cpu"), Some(&Quantity("1".into())));
         assert!(p.containers[1].is_empty());
         assert_eq!(p.asks(2, "cpu"), None);
+    }
+
+    #[test]
+    fn a_host_network_pods_address_is_its_nodes_not_its_own() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "agent"},
+            "spec": {"nodeName": "n1", "hostNetwork": true},
+            "status": {"podIP": "192.168.0.4"},
+        }));
+        assert_eq!(p.pod_ip, None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod apikey;
 mod billing;
 mod health;
 mod jobs;
+mod network;
 mod output;
 mod progress;
 mod serve;
@@ -69,6 +70,9 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = output::Output::Table)]
         output: output::Output,
     },
+    /// Network intelligence: the service graph.
+    #[command(subcommand)]
+    Network(network::NetworkCommand),
     /// Show one object in detail.
     #[command(subcommand)]
     Get(health::GetCommand),
@@ -294,6 +298,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             block_on(health::get_node(&name, output))
         }
         Command::Maintenance(cmd) => block_on(health::maintenance(cmd)),
+        Command::Network(cmd) => block_on(network::run(cmd)),
         Command::Submit(args) => block_on(jobs::submit(args)),
         Command::Status {
             name,

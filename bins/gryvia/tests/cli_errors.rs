@@ -33,6 +33,7 @@ const COMMANDS: &[&[&str]] = &[
     &["workspace", "start", "w"],
     &["workspace", "stop", "w"],
     &["workspace", "open", "w"],
+    &["network", "graph"],
     &["tenant", "create", "t"],
     &["tenant", "list"],
     &["tenant", "get", "t"],

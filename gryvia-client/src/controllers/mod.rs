@@ -17,6 +17,7 @@ pub mod queue;
 pub mod quota;
 pub mod registry;
 pub mod reservation;
+pub mod service_graph;
 pub mod serving;
 pub mod storage_health;
 pub mod template;

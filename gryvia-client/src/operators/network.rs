@@ -1,17 +1,18 @@
 //! The network-operator (opt-in, like the collector it reads): network intelligence from the
 //! collectors' GryviaFlowAggregates and GryviaFabricSignals. Each GryviaNetworkBaseline learns
 //! its node's normal traffic and raises GryviaNetworkAnomalies, which resolve themselves when
-//! the traffic is back within bounds.
+//! the traffic is back within bounds; each GryviaServiceGraph keeps who talks to whom over its
+//! window.
 
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
-use crate::controllers::network_baseline;
+use crate::controllers::{network_baseline, service_graph};
 
 /// Name of the operator (its Lease, its logs).
 pub const NAME: &str = "gryvia-network-operator";
 
 /// Learns each node's normal traffic from the collectors' data and raises and resolves
-/// network anomalies.
+/// network anomalies; keeps service graphs.
 #[derive(clap::Parser, Debug)]
 #[command(name = "gryvia-network-operator", version)]
 pub struct Flags {
@@ -25,6 +26,7 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
     ControllerSet::new()
         .with(network_baseline::baseline_controller)
         .with(network_baseline::anomaly_controller)
+        .with(service_graph::controller)
 }
 
 /// Runs the network-operator until SIGTERM.
@@ -32,6 +34,6 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
 /// # Errors
 /// What [`super::run_blocking`] returns.
 pub fn run(flags: &Flags) -> Result<()> {
-    tracing::info!("network baselines and anomalies on");
+    tracing::info!("network baselines, anomalies and service graphs on");
     super::run_blocking(NAME, &flags.operator, controllers(flags), None)
 }

@@ -4972,11 +4972,11 @@ class GryviaServiceGraphSpec(Object):
     def window_minutes(self) -> int:
         """Window of flows considered, minutes."""
 
-class GryviaServiceGraphStatusEdges(Object):
+class GryviaServiceGraphStatusBucketsEdges(Object):
     """An edge of the service graph."""
     @property
     def bytes(self) -> int:
-        """Bytes in the window."""
+        """Bytes in the window, both ways."""
     @property
     def connections(self) -> int:
         """Connections in the window."""
@@ -4984,11 +4984,51 @@ class GryviaServiceGraphStatusEdges(Object):
     def port(self) -> int:
         """Server port."""
     @property
+    def retransmits(self) -> int:
+        """Retransmitted segments in the window."""
+    @property
     def to(self) -> str:
-        """Server workload."""
+        """Server workload, Service or `external/<ip>`."""
+
+class GryviaServiceGraphStatusBuckets(Object):
+    """The edges of the flow windows that ended in one bucket of time."""
+    @property
+    def edges(self) -> List[GryviaServiceGraphStatusBucketsEdges]:
+        """Its edges, sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'edges' in obj`` tells).
+        """
+    @property
+    def start(self) -> str:
+        """Start of the bucket."""
+
+class GryviaServiceGraphStatusEdges(Object):
+    """An edge of the service graph."""
+    @property
+    def bytes(self) -> int:
+        """Bytes in the window, both ways."""
+    @property
+    def connections(self) -> int:
+        """Connections in the window."""
+    @property
+    def port(self) -> int:
+        """Server port."""
+    @property
+    def retransmits(self) -> int:
+        """Retransmitted segments in the window."""
+    @property
+    def to(self) -> str:
+        """Server workload, Service or `external/<ip>`."""
 
 class GryviaServiceGraphStatus(Object):
     """The graph."""
+    @property
+    def buckets(self) -> List[GryviaServiceGraphStatusBuckets]:
+        """The window's edges in twelve buckets of `windowMinutes / 12` each, oldest first (a
+        bucket leaves the window whole); the edges above are their sums.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'buckets' in obj`` tells).
+        """
     @property
     def edge_count(self) -> int:
         """Number of edges."""
@@ -4997,6 +5037,13 @@ class GryviaServiceGraphStatus(Object):
         """Edges, sorted.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'edges' in obj`` tells).
+        """
+    @property
+    def folded(self) -> ObjectMap[str]:
+        """Per node, the end of the last GryviaFlowAggregate window folded in (each is folded
+        once).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'folded' in obj`` tells).
         """
     @property
     def nodes(self) -> List[str]:

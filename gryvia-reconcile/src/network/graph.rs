@@ -6,7 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use gryvia_types::{GraphEdge, GryviaServiceGraphStatus};
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::{GraphBucket, GraphEdge, GryviaServiceGraphStatus};
+
+use crate::Timestamp;
 
 /// One flow of the window between two workloads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,14 +77,120 @@ pub fn status(edges: &BTreeMap<(String, String, u16), EdgeTotals>) -> GryviaServ
             port: i32::from(*port),
             bytes: t.bytes,
             connections: t.connections,
+            retransmits: t.retransmits,
         })
         .collect();
     GryviaServiceGraphStatus {
         nodes: nodes.into_iter().collect(),
         edge_count: i32::try_from(edges.len()).unwrap_or(i32::MAX),
         edges,
-        updated_at: None,
+        ..GryviaServiceGraphStatus::default()
     }
+}
+
+/// Buckets a graph's window is kept in.
+pub const BUCKETS: i64 = 12;
+
+/// Seconds of one bucket of a window of `window_minutes`.
+pub fn bucket_seconds(window_minutes: i32) -> i64 {
+    (i64::from(window_minutes.max(1)) * 60 / BUCKETS).max(1)
+}
+
+/// One node's window of flows, resolved to workloads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeWindow {
+    /// The node whose collector wrote it.
+    pub node: String,
+    /// The end of the window.
+    pub end: Timestamp,
+    /// Its flows.
+    pub flows: Vec<WorkloadFlow>,
+}
+
+fn totals_of(edges: &[GraphEdge]) -> BTreeMap<(String, String, u16), EdgeTotals> {
+    edges
+        .iter()
+        .map(|e| {
+            (
+                (
+                    e.from.clone(),
+                    e.to.clone(),
+                    u16::try_from(e.port).unwrap_or(0),
+                ),
+                EdgeTotals {
+                    bytes: e.bytes,
+                    connections: e.connections,
+                    retransmits: e.retransmits,
+                },
+            )
+        })
+        .collect()
+}
+
+fn add(
+    into: &mut BTreeMap<(String, String, u16), EdgeTotals>,
+    key: &(String, String, u16),
+    t: &EdgeTotals,
+) {
+    let e = into.entry(key.clone()).or_default();
+    e.bytes = e.bytes.saturating_add(t.bytes);
+    e.connections = e.connections.saturating_add(t.connections);
+    e.retransmits = e.retransmits.saturating_add(t.retransmits);
+}
+
+/// The graph after folding in each window newer than the last one folded from its node (into
+/// the bucket its end falls in) and dropping the buckets that left the window of
+/// `window_minutes` before `now`; its edges are the sums of the buckets. `updatedAt` moves only
+/// when something changed.
+pub fn fold(
+    current: &GryviaServiceGraphStatus,
+    window_minutes: i32,
+    namespaces: &[String],
+    windows: &[NodeWindow],
+    now: Timestamp,
+) -> GryviaServiceGraphStatus {
+    let width = bucket_seconds(window_minutes);
+    let mut buckets: BTreeMap<i64, BTreeMap<(String, String, u16), EdgeTotals>> = current
+        .buckets
+        .iter()
+        .map(|b| (b.start.0.as_second(), totals_of(&b.edges)))
+        .collect();
+    let mut folded = current.folded.clone();
+    for w in windows {
+        if folded.get(&w.node).is_some_and(|t| t.0 >= w.end) {
+            continue;
+        }
+        folded.insert(w.node.clone(), Time(w.end));
+        let start = w.end.as_second().div_euclid(width) * width;
+        let bucket = buckets.entry(start).or_default();
+        for (key, t) in edges(&w.flows, namespaces) {
+            add(bucket, &key, &t);
+        }
+    }
+    let oldest = now.as_second() - i64::from(window_minutes.max(1)) * 60;
+    buckets.retain(|start, _| start + width > oldest);
+    folded.retain(|_, t| t.0.as_second() > oldest - width);
+    let mut sum = BTreeMap::new();
+    for b in buckets.values() {
+        for (key, t) in b {
+            add(&mut sum, key, t);
+        }
+    }
+    let mut out = status(&sum);
+    out.buckets = buckets
+        .into_iter()
+        .filter(|(_, b)| !b.is_empty())
+        .map(|(start, b)| GraphBucket {
+            start: Time(Timestamp::from_second(start).unwrap_or(now)),
+            edges: status(&b).edges,
+        })
+        .collect();
+    out.folded = folded;
+    out.updated_at.clone_from(&current.updated_at);
+    if out != *current {
+        out.updated_at = Some(Time(now));
+    }
+    out
 }
 
 fn quote(s: &str) -> String {
@@ -143,6 +252,59 @@ mod tests {
         assert_eq!(s.nodes, ["data/cache", "ml/eval", "ml/store", "ml/trainer"]);
         assert_eq!(s.edges[0].from, "ml/eval");
         assert_eq!(edges(&flows, &[]).len(), 4);
+    }
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn window(node: &str, end: i64, flows: Vec<WorkloadFlow>) -> NodeWindow {
+        NodeWindow {
+            node: node.into(),
+            end: at(end),
+            flows,
+        }
+    }
+
+    #[test]
+    fn windows_fold_once_into_buckets_that_leave_the_window_whole() {
+        // 60 minutes: buckets of 300 s.
+        let empty = GryviaServiceGraphStatus::default();
+        let w1 = window("a", 100, vec![f("ml/t", "ml/s", 9000, 100)]);
+        let w2 = window(
+            "b",
+            110,
+            vec![f("ml/t", "ml/s", 9000, 50), f("ml/t", "x/y", 80, 1)],
+        );
+        let s = fold(
+            &empty,
+            60,
+            &["ml".to_owned()],
+            &[w1.clone(), w2.clone()],
+            at(120),
+        );
+        assert_eq!(s.edges[0].bytes, 150);
+        assert_eq!(s.edges[0].connections, 2);
+        assert_eq!(s.edges[0].retransmits, 2);
+        assert_eq!(s.edge_count, 2);
+        assert_eq!(s.buckets.len(), 1);
+        assert_eq!(s.folded["a"], Time(at(100)));
+        assert_eq!(s.updated_at, Some(Time(at(120))));
+        // The same windows again change nothing, not even updatedAt.
+        let again = fold(&s, 60, &["ml".to_owned()], &[w1, w2], at(130));
+        assert_eq!(again, s);
+        // A later window of a: a new bucket 400 s on.
+        let w3 = window("a", 500, vec![f("ml/t", "ml/s", 9000, 7)]);
+        let s = fold(&s, 60, &["ml".to_owned()], &[w3], at(500));
+        assert_eq!(s.buckets.len(), 2);
+        assert_eq!(s.edges[0].bytes, 157);
+        // An hour after the first bucket ended, it has left the window.
+        let later = fold(&s, 60, &["ml".to_owned()], &[], at(3600 + 301));
+        assert_eq!(later.buckets.len(), 1);
+        assert_eq!(later.edges[0].bytes, 7);
+        assert_eq!(later.edge_count, 1);
+        let gone = fold(&later, 60, &["ml".to_owned()], &[], at(7200));
+        assert!(gone.edges.is_empty() && gone.buckets.is_empty() && gone.folded.is_empty());
     }
 
     #[test]

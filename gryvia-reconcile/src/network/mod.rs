@@ -7,6 +7,7 @@
 pub mod anomaly;
 pub mod baseline;
 pub mod cost;
+pub mod flows;
 pub mod graph;
 pub mod learn;
 pub mod reconcile;

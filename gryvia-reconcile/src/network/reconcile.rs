@@ -1,4 +1,4 @@
-//! The network-intelligence operator's decisions about baselines and anomalies.
+//! The network-intelligence operator's decisions: baselines and anomalies, the service graph.
 //!
 //! [`BaselineReconciler`]: a GryviaNetworkBaseline folds each new window of its node's
 //! GryviaFlowAggregate (bytes per second, connections) and each new GryviaFabricSignal
@@ -9,6 +9,10 @@
 //! [`AnomalyReconciler`]: an open GryviaNetworkAnomaly is resolved (`status.resolvedAt`, a
 //! Normal Event) once its node's baseline folded a value of its metric, after the anomaly was
 //! detected, that did not deviate. Each controller writes only its own object's status.
+//!
+//! [`ServiceGraphReconciler`]: a GryviaServiceGraph folds each new window of every node's
+//! GryviaFlowAggregate in once, its flows resolved to workloads ([`super::flows`]), into
+//! buckets over `windowMinutes`, and comes back when the oldest bucket is due to leave.
 
 use std::collections::BTreeMap;
 
@@ -16,10 +20,13 @@ use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use gryvia_types::{
     GryviaFabricSignalStatus, GryviaFlowAggregateStatus, GryviaNetworkAnomaly,
     GryviaNetworkAnomalyStatus, GryviaNetworkBaseline, GryviaNetworkBaselineStatus,
+    GryviaServiceGraph, GryviaServiceGraphStatus,
 };
 
 use super::anomaly::{Change, changes};
 use super::baseline::{Metric, sample, step};
+use super::flows::{Directory, resolve};
+use super::graph::{NodeWindow, WorkloadFlow, bucket_seconds, fold};
 use crate::{Child, EventType, Plan, Reconcile, Timestamp};
 
 /// Reason of the Warning Event on a baseline that raised an anomaly.
@@ -241,6 +248,87 @@ impl Reconcile for AnomalyReconciler {
     }
 }
 
+/// What a service graph's reconcile reads: every node's last window, and the directory to
+/// resolve its flows with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphWorld {
+    /// Each reporting node's GryviaFlowAggregate status, by node.
+    pub aggregates: BTreeMap<String, GryviaFlowAggregateStatus>,
+    /// Pods, Services and reporting nodes.
+    pub directory: Directory,
+}
+
+/// The flows of `aggregate` (written by `node`'s collector) that count, as workload flows.
+pub fn workload_flows(
+    node: &str,
+    aggregate: &GryviaFlowAggregateStatus,
+    directory: &Directory,
+) -> Vec<WorkloadFlow> {
+    aggregate
+        .flows
+        .iter()
+        .filter_map(|r| resolve(node, r, directory))
+        .map(|r| WorkloadFlow {
+            from: r.client.name().to_owned(),
+            to: r.server.name().to_owned(),
+            port: r.port,
+            bytes: r.bytes,
+            retransmits: r.retransmits,
+        })
+        .collect()
+}
+
+/// Keeps a service graph's edges over its window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServiceGraphReconciler;
+
+impl Reconcile for ServiceGraphReconciler {
+    type Object = GryviaServiceGraph;
+    type World = GraphWorld;
+    type Status = GryviaServiceGraphStatus;
+
+    fn name(&self) -> &'static str {
+        "service-graph"
+    }
+
+    fn reconcile(
+        &self,
+        g: &GryviaServiceGraph,
+        world: &GraphWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaServiceGraphStatus> {
+        let current = g.status.clone().unwrap_or_default();
+        let namespaces = if g.spec.namespaces.is_empty() {
+            g.metadata.namespace.iter().cloned().collect()
+        } else {
+            g.spec.namespaces.clone()
+        };
+        let windows: Vec<NodeWindow> = world
+            .aggregates
+            .iter()
+            .filter_map(|(node, a)| {
+                let end = a.window_end.as_ref()?.0;
+                let newer = current.folded.get(node).is_none_or(|t| t.0 < end);
+                newer.then(|| NodeWindow {
+                    node: node.clone(),
+                    end,
+                    flows: workload_flows(node, a, &world.directory),
+                })
+            })
+            .collect();
+        let status = fold(&current, g.spec.window_minutes, &namespaces, &windows, now);
+        let mut plan = Plan::new();
+        if !status.buckets.is_empty() {
+            // Back when the oldest bucket is due to leave the window.
+            plan.requeue(std::time::Duration::from_secs(
+                bucket_seconds(g.spec.window_minutes).unsigned_abs(),
+            ));
+        }
+        plan.set_status_if_changed(g.status.as_ref(), status);
+        plan
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +535,105 @@ mod tests {
         };
         let plan = AnomalyReconciler.reconcile(&a, &world, t(81).0);
         assert_eq!(plan.status.unwrap().resolved_at, Some(t(60)));
+    }
+
+    #[test]
+    fn a_service_graph_counts_each_connection_once_and_each_window_once() {
+        use super::super::flows::PodEntry;
+        use gryvia_types::GryviaServiceGraphSpec;
+        let pod = |w: &str, n: &str| PodEntry {
+            workload: w.into(),
+            node: n.into(),
+        };
+        let directory = Directory {
+            pods: BTreeMap::from([
+                ("10.0.1.5".into(), pod("ml/trainer", "node-a")),
+                ("10.0.2.7".into(), pod("ml/store", "node-b")),
+            ]),
+            services: BTreeMap::new(),
+            reporting: ["node-a".to_owned(), "node-b".to_owned()].into(),
+        };
+        let flow = |src: (&str, i32), dst: (&str, i32), tx, rx| FlowRecord {
+            src_ip: src.0.into(),
+            src_port: src.1,
+            dst_ip: dst.0.into(),
+            dst_port: dst.1,
+            protocol: Protocol::TCP,
+            tx_bytes: tx,
+            rx_bytes: rx,
+            retransmits: 0,
+            pod: None,
+        };
+        let aggregate = |end: i64, flows| GryviaFlowAggregateStatus {
+            window_start: Some(t(end - 10)),
+            window_end: Some(t(end)),
+            flows,
+            flow_count: 1,
+        };
+        let world = GraphWorld {
+            aggregates: BTreeMap::from([
+                (
+                    "node-a".into(),
+                    aggregate(
+                        10,
+                        vec![
+                            flow(("10.0.1.5", 45000), ("10.0.2.7", 9000), 1000, 200),
+                            flow(("10.0.1.5", 45001), ("8.8.8.8", 443), 30, 70),
+                        ],
+                    ),
+                ),
+                (
+                    "node-b".into(),
+                    aggregate(
+                        10,
+                        vec![flow(("10.0.2.7", 9000), ("10.0.1.5", 45000), 200, 1000)],
+                    ),
+                ),
+            ]),
+            directory,
+        };
+        let mut g = GryviaServiceGraph::new(
+            "ml",
+            GryviaServiceGraphSpec {
+                namespaces: vec![],
+                window_minutes: 60,
+            },
+        );
+        g.metadata.namespace = Some("ml".into());
+        let plan = ServiceGraphReconciler.reconcile(&g, &world, t(15).0);
+        let status = plan.status.clone().unwrap();
+        let edges: Vec<_> = status
+            .edges
+            .iter()
+            .map(|e| {
+                (
+                    e.from.as_str(),
+                    e.to.as_str(),
+                    e.port,
+                    e.bytes,
+                    e.connections,
+                )
+            })
+            .collect();
+        assert_eq!(
+            edges,
+            [
+                ("ml/trainer", "external/8.8.8.8", 443, 100, 1),
+                ("ml/trainer", "ml/store", 9000, 1200, 1),
+            ]
+        );
+        assert_eq!(
+            plan.requeue_after(),
+            Some(std::time::Duration::from_secs(300))
+        );
+        // Read again before the next windows: nothing to write.
+        g.status = Some(status);
+        assert!(
+            ServiceGraphReconciler
+                .reconcile(&g, &world, t(20).0)
+                .status
+                .is_none()
+        );
     }
 
     #[test]

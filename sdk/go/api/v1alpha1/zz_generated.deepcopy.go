@@ -5985,6 +5985,14 @@ func (in *GryviaServiceGraphSpec) DeepCopy() *GryviaServiceGraphSpec {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaServiceGraphStatus) DeepCopyInto(out *GryviaServiceGraphStatus) {
 	*out = *in
+	if in.Buckets != nil {
+		in, out := &in.Buckets, &out.Buckets
+		*out = make([]GryviaServiceGraphStatusBucket, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	if in.EdgeCount != nil {
 		in, out := &in.EdgeCount, &out.EdgeCount
 		*out = new(int32)
@@ -5994,6 +6002,18 @@ func (in *GryviaServiceGraphStatus) DeepCopyInto(out *GryviaServiceGraphStatus) 
 		in, out := &in.Edges, &out.Edges
 		*out = make([]GryviaServiceGraphStatusEdge, len(*in))
 		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Folded != nil {
+		in, out := &in.Folded, &out.Folded
+		*out = make(map[string]metav1.Time, len(*in))
+		for key, val := range *in {
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
+		}
 	}
 	if in.Nodes != nil {
 		in, out := &in.Nodes, &out.Nodes
@@ -6018,8 +6038,37 @@ func (in *GryviaServiceGraphStatus) DeepCopy() *GryviaServiceGraphStatus {
 }
 
 // DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaServiceGraphStatusBucket) DeepCopyInto(out *GryviaServiceGraphStatusBucket) {
+	*out = *in
+	if in.Edges != nil {
+		in, out := &in.Edges, &out.Edges
+		*out = make([]GryviaServiceGraphStatusEdge, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	in.Start.DeepCopyInto(&out.Start)
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaServiceGraphStatusBucket) DeepCopy() *GryviaServiceGraphStatusBucket {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaServiceGraphStatusBucket)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaServiceGraphStatusEdge) DeepCopyInto(out *GryviaServiceGraphStatusEdge) {
 	*out = *in
+	if in.Retransmits != nil {
+		in, out := &in.Retransmits, &out.Retransmits
+		*out = new(int64)
+		**out = **in
+	}
 }
 
 // DeepCopy returns a deep copy of in, or nil when in is nil.

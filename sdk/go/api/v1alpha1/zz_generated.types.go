@@ -5262,6 +5262,12 @@ type GryviaServiceGraphSpec struct {
 //
 // The graph.
 type GryviaServiceGraphStatus struct {
+	// The window's edges in twelve buckets of `windowMinutes / 12` each, oldest first (a
+	// bucket leaves the window whole); the edges above are their sums.
+	//
+	// +optional
+	Buckets []GryviaServiceGraphStatusBucket `json:"buckets,omitempty"`
+
 	// Number of edges.
 	//
 	// The API server defaults it to 0.
@@ -5274,6 +5280,12 @@ type GryviaServiceGraphStatus struct {
 	// +optional
 	Edges []GryviaServiceGraphStatusEdge `json:"edges,omitempty"`
 
+	// Per node, the end of the last GryviaFlowAggregate window folded in (each is folded
+	// once).
+	//
+	// +optional
+	Folded map[string]metav1.Time `json:"folded,omitempty"`
+
 	// Workloads (`namespace/workload`), sorted.
 	//
 	// +optional
@@ -5285,23 +5297,43 @@ type GryviaServiceGraphStatus struct {
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
 }
 
-// GryviaServiceGraphStatusEdge is the schema of GryviaServiceGraph .status.edges[].
+// GryviaServiceGraphStatusBucket is the schema of GryviaServiceGraph .status.buckets[].
+//
+// The edges of the flow windows that ended in one bucket of time.
+type GryviaServiceGraphStatusBucket struct {
+	// Its edges, sorted.
+	//
+	// +optional
+	Edges []GryviaServiceGraphStatusEdge `json:"edges,omitempty"`
+
+	// Start of the bucket.
+	Start metav1.Time `json:"start"`
+}
+
+// GryviaServiceGraphStatusEdge is the schema of GryviaServiceGraph .status.edges[] and of 1 other field with the same schema.
 //
 // An edge of the service graph.
 type GryviaServiceGraphStatusEdge struct {
-	// Bytes in the window.
+	// Bytes in the window, both ways.
 	Bytes int64 `json:"bytes"`
 
 	// Connections in the window.
 	Connections int64 `json:"connections"`
 
-	// Client workload.
+	// Client workload (`namespace/name`, or `external/<ip>`).
 	From string `json:"from"`
 
 	// Server port.
 	Port int32 `json:"port"`
 
-	// Server workload.
+	// Retransmitted segments in the window.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	Retransmits *int64 `json:"retransmits,omitempty"`
+
+	// Server workload, Service or `external/<ip>`.
 	To string `json:"to"`
 }
 
