@@ -1,5 +1,6 @@
 //! `gryvia network graph`: who talks to whom, from a namespace's GryviaServiceGraphs.
 
+use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use gryvia_types::GryviaServiceGraph;
 use kube::api::{Api, ListParams};
@@ -83,7 +84,7 @@ pub async fn run(cmd: NetworkCommand) -> anyhow::Result<()> {
             let mut all = api
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| anyhow::anyhow!("list GryviaServiceGraphs in {ns}: {e}"))?
+                .with_context(|| format!("list GryviaServiceGraphs in {ns}"))?
                 .items;
             all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
             all
