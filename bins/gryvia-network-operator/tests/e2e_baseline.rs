@@ -7,41 +7,21 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+mod common;
+
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, ServiceAccountAccess, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, TestNamespace, wait_for};
 use gryvia_types::{AnomalyType, GryviaNetworkAnomaly, GryviaNetworkBaseline, Severity};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-/// Writes `node`'s aggregate as the collector does (the object, then its status by server-side
-/// apply): one TCP flow that sent `bytes` in the 10 s window ending `end`.
+/// One TCP flow that sent `bytes` in the window ending `end`, as `node`'s collector writes it.
 async fn write_window(client: &kube::Client, node: &str, end: jiff::Timestamp, bytes: i64) {
-    let api: Api<gryvia_types::GryviaFlowAggregate> = Api::all(client.clone());
-    let params = PatchParams::apply("gryvia-collector").force();
-    api.patch(
-        node,
-        &params,
-        &Patch::Apply(
-            json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowAggregate",
-                   "metadata": {"name": node}, "spec": {"nodeName": node}}),
-        ),
-    )
-    .await
-    .unwrap();
-    let start = end - jiff::SignedDuration::from_secs(10);
-    api.patch_status(
-        node,
-        &params,
-        &Patch::Apply(json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowAggregate",
-            "metadata": {"name": node},
-            "status": {"windowStart": start.to_string(), "windowEnd": end.to_string(), "flowCount": 1,
-                       "flows": [{"srcIp": "10.0.0.1", "srcPort": 40000, "dstIp": "10.0.0.2",
-                                  "dstPort": 5000, "protocol": "TCP", "txBytes": bytes, "rxBytes": 0}]}})),
-    )
-    .await
-    .unwrap();
+    let flow = json!([{"srcIp": "10.0.0.1", "srcPort": 40000, "dstIp": "10.0.0.2", "dstPort": 5000,
+                       "protocol": "TCP", "txBytes": bytes, "rxBytes": 0}]);
+    common::write_window(client, node, end, flow).await;
 }
 
 /// Writes the window and waits until the baseline has folded it.
@@ -212,24 +192,7 @@ async fn a_bandwidth_drop_raises_one_anomaly_while_it_lasts_and_it_resolves_when
         .await
         .unwrap();
     let ns = TestNamespace::create(&client, "netbase").await.unwrap();
-    let operator_access = ServiceAccountAccess::create(
-        &client,
-        "deploy/network-operator/rbac.yaml",
-        "gryvia-network-operator",
-        &ns.name,
-        "network-operator",
-    )
-    .await
-    .unwrap();
-    let collector_access = ServiceAccountAccess::create(
-        &client,
-        "deploy/collector/rbac.yaml",
-        "gryvia-collector",
-        &ns.name,
-        "collector-base",
-    )
-    .await
-    .unwrap();
+    let (operator_access, collector_access) = common::accesses(&client, &ns.name, "base").await;
     let collector = collector_access.client().await.unwrap();
     let node = ns.name.replace("e2e-", "node-");
     let baselines: Api<GryviaNetworkBaseline> = Api::all(client.clone());

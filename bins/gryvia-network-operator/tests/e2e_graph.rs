@@ -7,45 +7,29 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
 
+mod common;
+
 use std::time::Duration;
 
 use gryvia_testsupport::{KwokNodes, Process, ServiceAccountAccess, TestNamespace, wait_for};
 use gryvia_types::{GryviaFlowAggregate, GryviaServiceGraph};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 fn cli() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-network-operator")).with_file_name("gryvia")
 }
 
-/// Writes `node`'s aggregate as the collector does: the window ending `end` with `flows`.
+/// `node`'s window ending `end` (Unix seconds) with `flows`, as its collector writes it.
 async fn write_window(client: &kube::Client, node: &str, end: i64, flows: Value) {
-    let api: Api<GryviaFlowAggregate> = Api::all(client.clone());
-    let params = PatchParams::apply("gryvia-collector").force();
-    api.patch(
+    common::write_window(
+        client,
         node,
-        &params,
-        &Patch::Apply(
-            json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowAggregate",
-                   "metadata": {"name": node}, "spec": {"nodeName": node}}),
-        ),
+        jiff::Timestamp::from_second(end).unwrap(),
+        flows,
     )
-    .await
-    .unwrap();
-    let time = |s: i64| jiff::Timestamp::from_second(s).unwrap().to_string();
-    api.patch_status(
-        node,
-        &params,
-        &Patch::Apply(
-            json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowAggregate",
-            "metadata": {"name": node},
-            "status": {"windowStart": time(end - 10), "windowEnd": time(end),
-                       "flowCount": flows.as_array().unwrap().len(), "flows": flows}}),
-        ),
-    )
-    .await
-    .unwrap();
+    .await;
 }
 
 fn flow(src: (&str, i32), dst: (&str, i32), tx: i64, rx: i64, pod: &str) -> Value {
@@ -119,24 +103,7 @@ impl Rig {
         let ns = TestNamespace::create(&client, "netgraph").await.unwrap();
         let n = ns.name.clone();
         let n = n.as_str();
-        let operator_access = ServiceAccountAccess::create(
-            &client,
-            "deploy/network-operator/rbac.yaml",
-            "gryvia-network-operator",
-            &ns.name,
-            "network-operator",
-        )
-        .await
-        .unwrap();
-        let collector_access = ServiceAccountAccess::create(
-            &client,
-            "deploy/collector/rbac.yaml",
-            "gryvia-collector",
-            &ns.name,
-            "collector-graph",
-        )
-        .await
-        .unwrap();
+        let (operator_access, collector_access) = common::accesses(&client, n, "graph").await;
         let nodes = KwokNodes::create(&client, "netgraph", 2, 1).await.unwrap();
         let (a, b) = (nodes.names[0].as_str(), nodes.names[1].as_str());
 

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use gryvia_reconcile::network::anomaly::is_open;
 use gryvia_reconcile::network::reconcile::{
     AnomalyReconciler, AnomalyWorld, BaselineReconciler, BaselineWorld, open_anomalies,
 };
@@ -138,10 +139,7 @@ pub fn anomaly_controller(shared: &Shared) -> Running {
             of_baseline
                 .state()
                 .iter()
-                .filter(|a| {
-                    a.spec.node == b.spec.node_name
-                        && a.status.as_ref().is_none_or(|s| s.resolved_at.is_none())
-                })
+                .filter(|a| a.spec.node == b.spec.node_name && is_open(a))
                 .map(|a| ObjectRef::from_obj(a.as_ref()))
                 .collect::<Vec<_>>()
         },

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use gryvia_reconcile::network::flows::{Directory, PodEntry, workload_of};
+use gryvia_reconcile::network::flows::directory;
 use gryvia_reconcile::network::reconcile::{GraphWorld, ServiceGraphReconciler};
 use gryvia_types::{CachedPod, GryviaFlowAggregate, GryviaServiceGraph};
 use k8s_openapi::api::core::v1::Service;
@@ -16,53 +16,6 @@ use super::{Running, Shared, all_of, changed};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
-
-/// The directory of `pods` and `services`, with the nodes of `aggregates` reporting.
-pub fn directory(
-    pods: &[Arc<CachedPod>],
-    services: &[Arc<Service>],
-    aggregates: &[Arc<GryviaFlowAggregate>],
-) -> Directory {
-    let mut d = Directory::default();
-    for p in pods {
-        let Some(ip) = p.pod_ip.clone() else {
-            continue;
-        };
-        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
-        let name = p.metadata.name.as_deref().unwrap_or_default();
-        let controller = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| (o.kind.as_str(), o.name.as_str()));
-        let labels = p.metadata.labels.clone().unwrap_or_default();
-        d.pods.insert(
-            ip,
-            PodEntry {
-                workload: workload_of(ns, name, &labels, controller),
-                node: p.node_name.clone().unwrap_or_default(),
-            },
-        );
-    }
-    for s in services {
-        let Some(ip) = s.spec.as_ref().and_then(|s| s.cluster_ip.clone()) else {
-            continue;
-        };
-        if ip.is_empty() || ip == "None" {
-            continue;
-        }
-        let ns = s.metadata.namespace.as_deref().unwrap_or_default();
-        let name = s.metadata.name.as_deref().unwrap_or_default();
-        d.services.insert(ip, format!("{ns}/{name}"));
-    }
-    d.reporting = aggregates
-        .iter()
-        .map(|a| a.spec.node_name.clone())
-        .collect();
-    d
-}
 
 /// Observes every node's aggregate, and the pods and Services to resolve their flows.
 pub struct GraphObserver {
@@ -82,7 +35,11 @@ impl Observe for GraphObserver {
         wait_ready(&self.services, "Service").await?;
         let aggregates = self.aggregates.state();
         Ok(GraphWorld {
-            directory: directory(&self.pods.state(), &self.services.state(), &aggregates),
+            directory: directory(
+                self.pods.state().iter().map(AsRef::as_ref),
+                self.services.state().iter().map(AsRef::as_ref),
+                aggregates.iter().map(|a| a.spec.node_name.clone()),
+            ),
             aggregates: aggregates
                 .iter()
                 .filter_map(|a| Some((a.spec.node_name.clone(), a.status.clone()?)))

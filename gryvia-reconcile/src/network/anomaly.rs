@@ -34,14 +34,24 @@ pub enum Change {
 /// The name of a new anomaly of `metric` on `node` detected at `at`: unique per node, metric
 /// and second, within the 253 characters of an object name.
 pub fn name(node: &str, metric: Metric, at: Timestamp) -> String {
-    let kind = serde_json::to_value(metric.anomaly())
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let kind = wire(metric.anomaly());
     let suffix = format!("-{kind}-{}", at.as_second());
     let keep = 253usize.saturating_sub(suffix.len());
     let node: String = node.chars().take(keep).collect();
     format!("{}{suffix}", node.trim_end_matches(['-', '.']))
+}
+
+/// An enum's value as the CRD spells it (`bandwidth-drop`, `critical`).
+pub fn wire(v: impl serde::Serialize) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Whether an anomaly is open (not resolved).
+pub fn is_open(a: &gryvia_types::GryviaNetworkAnomaly) -> bool {
+    a.status.as_ref().is_none_or(|s| s.resolved_at.is_none())
 }
 
 /// The changes a sample brings to `node`'s anomalies. `open` are its open anomalies (name by

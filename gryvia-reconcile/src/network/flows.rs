@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gryvia_types::FlowRecord;
+use gryvia_types::k8s_openapi::api::core::v1::Service;
+use gryvia_types::{CachedPod, FlowRecord};
 
 /// First port of Linux's default ephemeral range (`net.ipv4.ip_local_port_range`).
 pub const EPHEMERAL: i32 = 32768;
@@ -97,6 +98,51 @@ pub fn workload_of(
         None => name,
     };
     format!("{namespace}/{owner}")
+}
+
+/// The directory of `pods` (those with an address of their own), the cluster IPs of
+/// `services`, and the `reporting` nodes.
+pub fn directory<'a>(
+    pods: impl IntoIterator<Item = &'a CachedPod>,
+    services: impl IntoIterator<Item = &'a Service>,
+    reporting: impl IntoIterator<Item = String>,
+) -> Directory {
+    let mut d = Directory::default();
+    for p in pods {
+        let Some(ip) = p.pod_ip.clone() else {
+            continue;
+        };
+        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        let controller = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| (o.kind.as_str(), o.name.as_str()));
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        d.pods.insert(
+            ip,
+            PodEntry {
+                workload: workload_of(ns, name, &labels, controller),
+                node: p.node_name.clone().unwrap_or_default(),
+            },
+        );
+    }
+    for s in services {
+        let Some(ip) = s.spec.as_ref().and_then(|s| s.cluster_ip.clone()) else {
+            continue;
+        };
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let ns = s.metadata.namespace.as_deref().unwrap_or_default();
+        let name = s.metadata.name.as_deref().unwrap_or_default();
+        d.services.insert(ip, format!("{ns}/{name}"));
+    }
+    d.reporting = reporting.into_iter().collect();
+    d
 }
 
 fn end(ip: &str, dir: &Directory) -> End {
@@ -271,6 +317,47 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn the_directory_holds_pods_with_an_address_and_services_with_a_cluster_ip() {
+        let pod = |name: &str, ip: Option<&str>| -> CachedPod {
+            let mut p: CachedPod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "web", "labels": {"pod-template-hash": "7d9f"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                  "name": "api-7d9f", "uid": "u", "controller": true}]},
+                "spec": {"nodeName": "node-a"}
+            }))
+            .unwrap();
+            p.pod_ip = ip.map(str::to_owned);
+            p
+        };
+        let svc = |name: &str, ip: &str| -> Service {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "web"}, "spec": {"clusterIP": ip}
+            }))
+            .unwrap()
+        };
+        let (pods, services) = (
+            [pod("api-7d9f-x", Some("10.0.0.3")), pod("pending", None)],
+            [svc("api", "10.96.0.9"), svc("headless", "None")],
+        );
+        let d = directory(&pods, &services, ["node-a".to_owned()]);
+        assert_eq!(
+            d.pods,
+            BTreeMap::from([(
+                "10.0.0.3".to_owned(),
+                PodEntry {
+                    workload: "web/api".into(),
+                    node: "node-a".into()
+                }
+            )])
+        );
+        assert_eq!(
+            d.services,
+            BTreeMap::from([("10.96.0.9".to_owned(), "web/api".to_owned())])
+        );
+        assert!(d.reporting.contains("node-a"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use gryvia_types::{
     GryviaServiceGraph, GryviaServiceGraphStatus,
 };
 
-use super::anomaly::{Change, changes};
+use super::anomaly::{Change, changes, is_open, wire};
 use super::baseline::{Metric, sample, step};
 use super::flows::{Directory, resolve};
 use super::graph::{NodeWindow, WorkloadFlow, bucket_seconds, fold};
@@ -57,11 +57,10 @@ pub fn open_anomalies<'a>(
 ) -> BTreeMap<Metric, String> {
     let mut latest: BTreeMap<Metric, (Timestamp, String)> = BTreeMap::new();
     for a in anomalies {
-        let open = a.status.as_ref().is_none_or(|s| s.resolved_at.is_none());
         let (Some(metric), Some(name)) = (Metric::of_key(&a.spec.metric), &a.metadata.name) else {
             continue;
         };
-        if a.spec.node != node || !open {
+        if a.spec.node != node || !is_open(a) {
             continue;
         }
         let at = a.spec.detected_at.0;
@@ -147,10 +146,7 @@ impl Reconcile for BaselineReconciler {
             for change in changes(node, &world.open, &values, &found, now) {
                 if let Change::Raise { name, spec } = change {
                     let sample = status.metrics.get(&spec.metric).map_or(0, |m| m.samples);
-                    let severity = serde_json::to_value(spec.severity)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default();
+                    let severity = wire(spec.severity);
                     let message = format!(
                         "{} on {node}: {} against a baseline of {} ({severity}); anomaly {name}",
                         spec.metric,
@@ -307,11 +303,11 @@ impl Reconcile for ServiceGraphReconciler {
             .aggregates
             .iter()
             .filter_map(|(node, a)| {
-                let end = a.window_end.as_ref()?.0;
-                let newer = current.folded.get(node).is_none_or(|t| t.0 < end);
-                newer.then(|| NodeWindow {
+                // Only new windows have their flows resolved (fold skips the others too).
+                let end = a.window_end.as_ref()?;
+                newer(current.folded.get(node), Some(end)).then(|| NodeWindow {
                     node: node.clone(),
-                    end,
+                    end: end.0,
                     flows: workload_flows(node, a, &world.directory),
                 })
             })
