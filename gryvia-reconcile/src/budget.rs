@@ -169,6 +169,20 @@ pub fn spend(
 ) -> Spend {
     let mut out = Spend::default();
     for r in world.records.iter().filter(|r| in_scope(budget, r)) {
+        // A network record is priced already, and counts whole in the period it starts in.
+        if let Some(n) = &r.spec.network {
+            if !crate::invoice::network_in_span(r, start, now) {
+                continue;
+            }
+            if n.currency == "USD" {
+                out.usd_micros = out
+                    .usd_micros
+                    .saturating_add(n.amount.micros().unwrap_or(0));
+            } else if !out.uncounted.contains(&n.currency) {
+                out.uncounted.push(n.currency.clone());
+            }
+            continue;
+        }
         let from = r.spec.start_time.0.max(start);
         let to = r.spec.end_time.as_ref().map_or(now, |t| t.0).min(now);
         if to <= from {
@@ -850,6 +864,38 @@ mod tests {
         assert_eq!(s.gpu_seconds, (4 + 24 + 24) * 3600);
         assert_eq!(s.usd_micros, (4 + 24) * 4_000_000);
         assert_eq!(s.uncounted, ["EUR"]);
+    }
+
+    #[test]
+    fn a_network_record_counts_its_amount_whole_in_the_period_it_starts_in() {
+        let b = budget(serde_json::json!({}));
+        let net = |start: &str, currency: &str| {
+            let mut r = record("ml", "", 0, start, None);
+            r.spec.network = Some(gryvia_types::NetworkUsage {
+                egress_bytes: 1 << 30,
+                cross_zone_bytes: 0,
+                amount: Decimal::parse("0.25").unwrap(),
+                currency: currency.into(),
+            });
+            r
+        };
+        let world = BudgetWorld {
+            records: vec![
+                net("2026-07-31T23:00:00Z", "USD"),
+                net("2026-08-01T00:00:00Z", "USD"),
+                net("2026-08-02T00:00:00Z", "CHF"),
+            ],
+            skus: skus(),
+            tenant_emails: Vec::new(),
+        };
+        let s = spend(
+            &b,
+            &world,
+            ts("2026-08-01T00:00:00Z"),
+            ts("2026-08-03T00:00:00Z"),
+        );
+        assert_eq!((s.usd_micros, s.gpu_seconds), (250_000, 0));
+        assert_eq!(s.uncounted, ["CHF"]);
     }
 
     #[test]

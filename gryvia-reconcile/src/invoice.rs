@@ -11,6 +11,10 @@
 //! listed per currency, not added; usage of a SKU missing from the catalogue is listed in
 //! GPU-hours, not priced.
 //!
+//! Network usage records (written by the network-operator from a GryviaNetworkCost with
+//! `usageRecords`) are priced already: each covers one hour and counts whole in the period its
+//! start falls in, as a network line per GryviaNetworkCost ([`network_in_span`]).
+//!
 //! An invoice is `Open` while its period runs (its lines grow) and `Issued` once the period
 //! has ended and [`InvoiceReconciler::grace`] has passed (records of jobs that ran up to the end
 //! are closed by then); from then on nothing changes it. An invoice whose period overlaps an
@@ -28,8 +32,8 @@ use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Ti
 use gryvia_types::money::{Decimal, MICROS};
 use gryvia_types::{
     CurrencyAmount, DeliveryState, GryviaGpuSku, GryviaInvoice, GryviaInvoiceSpec,
-    GryviaInvoiceStatus, GryviaTenant, GryviaUsageRecord, InvoiceJob, InvoiceLine, InvoicePhase,
-    PeriodType, UnpricedUsage, WebhookDelivery,
+    GryviaInvoiceStatus, GryviaTenant, GryviaUsageRecord, InvoiceJob, InvoiceLine,
+    InvoiceNetworkLine, InvoicePhase, PeriodType, UnpricedUsage, WebhookDelivery,
 };
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +99,7 @@ fn pieces<'a>(
     let (from, to) = (from.as_second(), to.as_second());
     records
         .into_iter()
-        .filter(move |r| r.spec.tenant == tenant)
+        .filter(move |r| r.spec.tenant == tenant && r.spec.network.is_none())
         .filter_map(move |r| {
             let start = r.spec.start_time.0.as_second();
             let end = r.spec.end_time.as_ref().map_or(to, |t| t.0.as_second());
@@ -116,18 +120,27 @@ fn pieces<'a>(
         })
 }
 
-/// `tenant`'s spend in `currency` (micro-units) and GPU-seconds from `from` to `to`: the
-/// totals of [`charges`] without its per-job detail (what the admission gate needs per
+/// `tenant`'s spend in `currency` (micro-units, network records included) and GPU-seconds
+/// from `from` to `to`: the totals of [`charges`] without its per-job detail (what the admission gate needs per
 /// review).
 pub fn totals<'a>(
     tenant: &'a str,
     from: Timestamp,
     to: Timestamp,
-    records: impl IntoIterator<Item = &'a GryviaUsageRecord> + 'a,
+    records: impl IntoIterator<Item = &'a GryviaUsageRecord> + Clone + 'a,
     skus: &'a [Sku],
     currency: &str,
 ) -> (i64, i64) {
-    pieces(tenant, from, to, records, skus).fold((0_i64, 0_i64), |(m, g), p| {
+    let network = records
+        .clone()
+        .into_iter()
+        .filter(|r| r.spec.tenant == tenant && network_in_span(r, from, to))
+        .filter_map(|r| r.spec.network.as_ref())
+        .filter(|n| n.currency == currency)
+        .fold(0_i64, |m, n| {
+            m.saturating_add(n.amount.micros().unwrap_or(0))
+        });
+    pieces(tenant, from, to, records, skus).fold((network, 0_i64), |(m, g), p| {
         let m = if p.sku.is_some_and(|s| s.currency == currency) {
             m.saturating_add(p.micros)
         } else {
@@ -165,13 +178,47 @@ impl JobCharge {
     }
 }
 
-/// A tenant's charges over a span: per (namespace, workload kind, workload name, SKU).
+/// The network transfer one GryviaNetworkCost priced in one currency.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetworkCharge {
+    /// Bytes sent out of the cluster.
+    pub egress_bytes: i64,
+    /// Bytes exchanged with other zones.
+    pub cross_zone_bytes: i64,
+    /// Micro-units.
+    pub micros: i64,
+}
+
+/// A tenant's charges over a span: per (namespace, workload kind, workload name, SKU), and
+/// its network records' per (GryviaNetworkCost, currency).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Charges {
     /// Per job and SKU.
     pub jobs: BTreeMap<(String, String, String, String), JobCharge>,
+    /// Per GryviaNetworkCost and currency.
+    pub network: BTreeMap<(String, String), NetworkCharge>,
     /// Records with a part in the span.
     pub records: usize,
+}
+
+/// Whether network record `r` counts in the span from `from` to `to`: a network record is
+/// counted whole, in the span its start falls in (its interval is one hour, priced as one).
+pub fn network_in_span(r: &GryviaUsageRecord, from: Timestamp, to: Timestamp) -> bool {
+    let start = r.spec.start_time.0;
+    r.spec.network.is_some() && from <= start && start < to
+}
+
+/// `tenant`'s network records in the span from `from` to `to` (see [`network_in_span`]).
+fn network_charges<'a>(
+    tenant: &'a str,
+    from: Timestamp,
+    to: Timestamp,
+    records: &'a [GryviaUsageRecord],
+) -> impl Iterator<Item = (&'a str, &'a gryvia_types::NetworkUsage)> + 'a {
+    records
+        .iter()
+        .filter(move |r| r.spec.tenant == tenant && network_in_span(r, from, to))
+        .filter_map(|r| Some((r.spec.workload.name.as_str(), r.spec.network.as_ref()?)))
 }
 
 impl Charges {
@@ -183,6 +230,10 @@ impl Charges {
                 let t = out.entry(cur.clone()).or_default();
                 *t = t.saturating_add(c.micros);
             }
+        }
+        for ((_, cur), n) in &self.network {
+            let t = out.entry(cur.clone()).or_default();
+            *t = t.saturating_add(n.micros);
         }
         out
     }
@@ -238,6 +289,16 @@ pub fn charges(
                 .saturating_add(seconds * (100 - mean) / 100);
         }
     }
+    for (source, n) in network_charges(tenant, from, to, records) {
+        out.records += 1;
+        let c = out
+            .network
+            .entry((source.to_owned(), n.currency.clone()))
+            .or_default();
+        c.egress_bytes = c.egress_bytes.saturating_add(n.egress_bytes);
+        c.cross_zone_bytes = c.cross_zone_bytes.saturating_add(n.cross_zone_bytes);
+        c.micros = c.micros.saturating_add(n.amount.micros().unwrap_or(0));
+    }
     out
 }
 
@@ -285,6 +346,17 @@ pub fn fill(status: &mut GryviaInvoiceStatus, currency: &str, charges: &Charges)
             gpu_hours: hours(*seconds),
             unit_price: Decimal::from_micros(*price),
             amount: Decimal::from_micros(*micros),
+        })
+        .collect();
+    status.network_lines = charges
+        .network
+        .iter()
+        .filter(|((_, cur), _)| cur == currency)
+        .map(|((source, _), n)| InvoiceNetworkLine {
+            source: source.clone(),
+            egress_bytes: n.egress_bytes,
+            cross_zone_bytes: n.cross_zone_bytes,
+            amount: Decimal::from_micros(n.micros),
         })
         .collect();
     status.unpriced = unpriced
@@ -926,6 +998,92 @@ mod tests {
         assert_eq!(st.gpu_hours.unwrap().as_str(), "19.5");
         assert!(plan.events.is_empty());
         assert_eq!(plan.requeue_after(), Some(REFRESH));
+    }
+
+    fn network(
+        name: &str,
+        start: &str,
+        end: Option<&str>,
+        egress: i64,
+        amount: &str,
+    ) -> GryviaUsageRecord {
+        let mut spec = serde_json::json!({
+            "tenant": "ml", "namespace": "tenant-ml",
+            "workload": {"kind": "GryviaNetworkCost", "name": "egress"},
+            "gpuCount": 0, "startTime": start,
+            "network": {"egressBytes": egress, "crossZoneBytes": 0, "amount": amount, "currency": "USD"},
+        });
+        if let Some(e) = end {
+            spec["endTime"] = e.into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaUsageRecord",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn network_records_are_network_lines_counted_whole_in_the_period_they_start_in() {
+        let mut w = world();
+        w.records.extend([
+            // Starts in July: July's, though it ends in August.
+            network(
+                "n1",
+                "2026-07-31T23:00:00Z",
+                Some("2026-08-01T00:00:00Z"),
+                100,
+                "1.5",
+            ),
+            network(
+                "n2",
+                "2026-08-01T00:00:00Z",
+                Some("2026-08-01T01:00:00Z"),
+                200,
+                "0.25",
+            ),
+            // Open (the hour runs): counted as it stands.
+            network("n3", "2026-08-10T05:00:00Z", None, 300, "0.5"),
+        ]);
+        let inv = invoice(
+            "ml-2026-08",
+            "2026-08-01T00:00:00Z",
+            "2026-09-01T00:00:00Z",
+            "2026-08-01T00:00:00Z",
+        );
+        let now = ts("2026-08-10T06:00:00Z");
+        let st = InvoiceReconciler::default()
+            .reconcile(&inv, &w, now)
+            .status
+            .unwrap();
+        assert_eq!(
+            st.network_lines,
+            [InvoiceNetworkLine {
+                source: "egress".into(),
+                egress_bytes: 500,
+                cross_zone_bytes: 0,
+                amount: Decimal::from_micros(750_000),
+            }]
+        );
+        assert_eq!(st.total.unwrap().as_str(), "64.75");
+        assert_eq!(st.records, 6);
+        assert_eq!(
+            st.gpu_hours.unwrap().as_str(),
+            "19.5",
+            "no GPU-hours of network"
+        );
+        assert!(st.unpriced.iter().all(|u| !u.sku.is_empty()));
+        // The admission gate's month spend counts them too.
+        let refs: Vec<&GryviaUsageRecord> = w.records.iter().collect();
+        let (usd, _) = totals(
+            "ml",
+            ts("2026-08-01T00:00:00Z"),
+            now,
+            refs.iter().copied(),
+            &w.skus,
+            "USD",
+        );
+        assert_eq!(usd, 64_750_000);
     }
 
     #[test]

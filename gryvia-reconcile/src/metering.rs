@@ -192,6 +192,7 @@ pub fn usage_record(
             start_time: Time(start),
             end_time: end.map(|e| Time(e.max(start))),
             discount_percent: None,
+            network: None,
             template: job
                 .metadata
                 .labels
@@ -308,6 +309,7 @@ fn idle_record(
             end_time: None,
             template: None,
             discount_percent: r.spec.billing.as_ref().map(|b| b.discount),
+            network: None,
         },
         status: None,
     })
@@ -537,6 +539,16 @@ impl crate::Reconcile for UsageRecordReconciler {
         now: Timestamp,
     ) -> Plan<GryviaUsageRecordStatus> {
         let mut plan = Plan::new();
+        // A network record is priced by the GryviaNetworkCost that wrote it.
+        if let Some(n) = &record.spec.network {
+            let status = GryviaUsageRecordStatus {
+                cost: Some(n.amount.clone()),
+                currency: Some(n.currency.clone()),
+                ..GryviaUsageRecordStatus::default()
+            };
+            plan.set_status_if_changed(record.status.as_ref(), status);
+            return plan;
+        }
         let mut status = price(record, sku_of(record, &world.skus), now);
         // Readings count up to the record's end: a closed record is sampled once more at it.
         let end = record.spec.end_time.as_ref().map_or(now, |t| t.0.min(now));
@@ -820,6 +832,35 @@ mod tests {
             "2026-01-01T11:00:00Z"
         );
         assert_eq!(MeteringReconciler.finalizer(), Some(FINALIZER));
+    }
+
+    #[test]
+    fn a_network_record_is_priced_by_its_own_amount() {
+        let j = job(Some("NVIDIA-H100-80GB-HBM3"));
+        let mut r = usage_record(&j, &world(), None).unwrap();
+        r.spec.gpu_count = 0;
+        r.spec.sku = String::new();
+        r.spec.network = Some(gryvia_types::NetworkUsage {
+            egress_bytes: 5,
+            cross_zone_bytes: 7,
+            amount: Decimal::parse("1.5").unwrap(),
+            currency: "EUR".into(),
+        });
+        let plan = UsageRecordReconciler.reconcile(
+            &r,
+            &UsageRecordWorld::default(),
+            ts("2026-01-01T11:30:00Z"),
+        );
+        let st = plan.status.clone().unwrap();
+        assert_eq!(
+            (
+                st.gpu_seconds,
+                st.cost.unwrap().as_str(),
+                st.currency.as_deref()
+            ),
+            (0, "1.5", Some("EUR"))
+        );
+        assert_eq!(plan.requeue_after(), None);
     }
 
     #[test]

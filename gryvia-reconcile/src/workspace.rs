@@ -354,6 +354,7 @@ pub fn usage_record(
             start_time: Time(start),
             end_time: end.map(|e| Time(e.max(start))),
             discount_percent: None,
+            network: None,
             template: None,
         },
         status: None,

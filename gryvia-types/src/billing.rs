@@ -301,6 +301,8 @@ pub enum BudgetState {
 )]
 #[x_kube(validation = Rule::new("!has(self.endTime) || self.startTime <= self.endTime").message("spec.endTime must not be before spec.startTime"))]
 #[x_kube(validation = Rule::new("self == oldSelf || !has(oldSelf.endTime)").message("a closed usage record is immutable"))]
+#[x_kube(validation = Rule::new("has(self.network) || (has(self.sku) && size(self.sku) > 0)").message("spec.sku is required on a GPU usage record"))]
+#[x_kube(validation = Rule::new("!has(self.network) || self.gpuCount == 0").message("a network usage record (spec.network) has spec.gpuCount 0"))]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaUsageRecordSpec {
     /// Tenant charged.
@@ -311,8 +313,9 @@ pub struct GryviaUsageRecordSpec {
     pub namespace: String,
     /// The metered workload.
     pub workload: WorkloadRef,
-    /// GryviaGpuSku name.
-    #[schemars(length(min = 1, max = 253))]
+    /// GryviaGpuSku name (a GPU record's; a network record has none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
     pub sku: String,
     /// GPUs in use during the interval.
     #[schemars(range(min = 0, max = 1000000))]
@@ -331,6 +334,27 @@ pub struct GryviaUsageRecordSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub discount_percent: Option<i32>,
+    /// A network record (written by the network-operator from a GryviaNetworkCost): the
+    /// priced transfer of the namespace's pods over the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkUsage>,
+}
+
+/// The priced network transfer of a network usage record.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkUsage {
+    /// Bytes sent out of the cluster.
+    #[schemars(range(min = 0))]
+    pub egress_bytes: i64,
+    /// Bytes exchanged with other zones.
+    #[schemars(range(min = 0))]
+    pub cross_zone_bytes: i64,
+    /// What they cost.
+    pub amount: Decimal,
+    /// Currency of `amount` (ISO 4217).
+    #[schemars(regex(pattern = r"^[A-Z]{3}$"))]
+    pub currency: String,
 }
 
 /// A metered workload.
@@ -502,6 +526,10 @@ pub struct GryviaInvoiceStatus {
     /// One line per SKU priced in the invoice's currency.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub line_items: Vec<InvoiceLine>,
+    /// One line per GryviaNetworkCost whose network usage records are priced in the
+    /// invoice's currency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_lines: Vec<InvoiceNetworkLine>,
     /// The charges per job (namespace, workload and SKU) that make up the lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<InvoiceJob>,
@@ -608,6 +636,20 @@ pub struct WebhookDelivery {
     pub error: Option<String>,
     /// `Pending`, `Delivered` or `GaveUp`.
     pub state: crate::ai::DeliveryState,
+}
+
+/// A network line of an invoice: the transfer its network usage records priced.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InvoiceNetworkLine {
+    /// The GryviaNetworkCost that priced it.
+    pub source: String,
+    /// Bytes sent out of the cluster.
+    pub egress_bytes: i64,
+    /// Bytes exchanged with other zones.
+    pub cross_zone_bytes: i64,
+    /// What they cost.
+    pub amount: Decimal,
 }
 
 /// One line of an invoice.

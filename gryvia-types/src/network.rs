@@ -419,6 +419,12 @@ pub struct GryviaNetworkCostSpec {
     #[serde(default = "default_usd")]
     #[schemars(regex(pattern = r"^[A-Z]{3}$"))]
     pub currency: String,
+    /// Write each namespace's priced transfer as hourly GryviaUsageRecords (booked to the
+    /// namespace's tenant), which invoices list as network lines. Only the first
+    /// GryviaNetworkCost by name with this set writes records: two would bill the same bytes
+    /// twice.
+    #[serde(default)]
+    pub usage_records: bool,
 }
 
 fn default_usd() -> String {
@@ -437,16 +443,91 @@ pub enum CostGrouping {
     Service,
 }
 
-/// Attributed network cost.
+/// Attributed network cost: every window folded in since `since`, priced at the spec's
+/// current prices.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaNetworkCostStatus {
     /// One entry per group, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<NetworkCostEntry>,
-    /// When it was computed.
+    /// Bytes between each two zones, both ways, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zone_pairs: Vec<ZonePairBytes>,
+    /// Bytes that left the cluster, per zone they left from (empty: a node without a zone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_by_zone: Vec<ZoneBytes>,
+    /// Sum of the entries' costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<Decimal>,
+    /// When the first window was folded in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// The end of the last window folded in, per node (each window counts once).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, Time>,
+    /// With `spec.usageRecords`: the transfer of each hour whose usage records are not yet
+    /// final, per namespace (the records are written from it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hours: Vec<NetworkHour>,
+    /// `Metering`, with `spec.usageRecords`: whether this object writes the usage records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When it last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
+}
+
+/// Bytes between two zones.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZonePairBytes {
+    /// One zone (the smaller name).
+    pub from: String,
+    /// The other.
+    pub to: String,
+    /// Bytes both ways.
+    pub bytes: i64,
+}
+
+/// Bytes of a zone.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneBytes {
+    /// The zone.
+    pub zone: String,
+    /// Bytes.
+    pub bytes: i64,
+}
+
+/// One hour's transfer, per namespace, for its usage records.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkHour {
+    /// Start of the hour (UTC).
+    pub start: Time,
+    /// Whether the hour is over and its records are final.
+    #[serde(default)]
+    pub closed: bool,
+    /// Per namespace, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<NamespaceTransfer>,
+}
+
+/// A namespace's priced transfer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceTransfer {
+    /// The namespace.
+    pub namespace: String,
+    /// Its tenant (its `gryvia.io/tenant` label, else its own name).
+    pub tenant: String,
+    /// Bytes its pods sent out of the cluster.
+    pub egress_bytes: i64,
+    /// Bytes its pods exchanged with other zones.
+    pub cross_zone_bytes: i64,
+    /// What they cost at the spec's prices (frozen once the hour is closed).
+    pub amount: Decimal,
 }
 
 /// Cost of one group.

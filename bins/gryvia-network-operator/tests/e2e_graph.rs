@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use gryvia_testsupport::{KwokNodes, Process, ServiceAccountAccess, TestNamespace, wait_for};
 use gryvia_types::{GryviaFlowAggregate, GryviaServiceGraph};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
@@ -32,26 +32,7 @@ async fn write_window(client: &kube::Client, node: &str, end: i64, flows: Value)
     .await;
 }
 
-fn flow(src: (&str, i32), dst: (&str, i32), tx: i64, rx: i64, pod: &str) -> Value {
-    json!({"srcIp": src.0, "srcPort": src.1, "dstIp": dst.0, "dstPort": dst.1, "protocol": "TCP",
-           "txBytes": tx, "rxBytes": rx, "retransmits": 1, "pod": pod})
-}
-
-/// A pod on `node` (KWOK gives it an address).
-async fn pod_ip(client: &kube::Client, ns: &str, name: &str, node: &str, labels: Value) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.local/x:1"}]}
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    wait_for("the pod's address", Duration::from_secs(60), || async {
-        pods.get(name).await.ok()?.status?.pod_ip
-    })
-    .await
-    .unwrap()
-}
+use common::{flow, pod_ip};
 
 /// The graph's edges as (from, to, port, bytes, connections), once it has `count` of them and
 /// the bytes of the first sum to `first_bytes`.

@@ -165,11 +165,28 @@ fn print_invoice(i: &GryviaInvoice) {
     print_details(&st, cur);
 }
 
-/// The lines per SKU and the charges per job of `st`, as two tables (a line when there are
-/// none).
+/// The lines per SKU, the network lines and the charges per job of `st`, as tables (a line
+/// when there are none).
 fn print_details(st: &GryviaInvoiceStatus, cur: &str) {
-    if st.jobs.is_empty() {
+    if st.jobs.is_empty() && st.network_lines.is_empty() {
         let _ = crate::print_out("\nNo priced usage in the period.\n");
+        return;
+    }
+    if !st.network_lines.is_empty() {
+        let mut network =
+            Table::new(&["NETWORK COST", "EGRESS BYTES", "CROSS-ZONE BYTES", "AMOUNT"]);
+        for n in &st.network_lines {
+            network.row(vec![
+                n.source.clone(),
+                n.egress_bytes.to_string(),
+                n.cross_zone_bytes.to_string(),
+                format!("{} {cur}", n.amount.as_str()),
+            ]);
+        }
+        let _ = crate::print_out("\n");
+        network.print();
+    }
+    if st.jobs.is_empty() {
         return;
     }
     let mut lines = Table::new(&["SKU", "GPU-HOURS", "UNIT PRICE", "AMOUNT"]);

@@ -1,7 +1,8 @@
 //! End-to-end: `gryvia invoice list|get` and `gryvia cost` against a real control plane
 //! (testenv/), with the quota-operator's invoice controller running in this process: a tenant's
-//! usage priced into an issued invoice, shown as a table and as JSON, its spend this month, and
-//! bad input as one line.
+//! usage (GPU-hours and a network usage record) priced into an issued invoice, shown as a
+//! table and as JSON, its spend this month, and bad input as one line (and a usage record
+//! that is neither a GPU record nor a network one refused by the API server).
 
 use std::time::Duration;
 
@@ -59,6 +60,46 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
         )
         .await
         .unwrap();
+    // The network-operator's record of one hour of the tenant's network transfer (as a
+    // GryviaNetworkCost with usageRecords writes it): priced already, 0.5 USD.
+    let network_record = format!("{record}-net");
+    records
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": network_record},
+                "spec": {"tenant": tenant, "namespace": format!("tenant-{tenant}"),
+                         "workload": {"kind": "GryviaNetworkCost", "name": "egress"},
+                         "gpuCount": 0, "startTime": at(now - 3 * 3600), "endTime": at(now - 2 * 3600),
+                         "network": {"egressBytes": 1_073_741_824_i64, "crossZoneBytes": 0,
+                                     "amount": "0.5", "currency": "USD"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // A GPU record needs its SKU; a network record has no GPUs.
+    for (spec, message) in [
+        (
+            json!({"gpuCount": 1}),
+            "spec.sku is required on a GPU usage record",
+        ),
+        (
+            json!({"gpuCount": 1, "network": {"egressBytes": 1, "crossZoneBytes": 0, "amount": "1", "currency": "USD"}}),
+            "a network usage record (spec.network) has spec.gpuCount 0",
+        ),
+    ] {
+        let mut body = json!({"metadata": {"name": unique("cli-bill-bad")},
+            "spec": {"tenant": tenant, "namespace": "x", "workload": {"kind": "GryviaAIJob", "name": "t"},
+                     "startTime": at(now - 3600)}});
+        body["spec"]
+            .as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        let err = records
+            .create(&pp, &serde_json::from_value(body).unwrap())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(message), "{err}");
+    }
     invoices
         .create(
             &pp,
@@ -99,12 +140,20 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(row[0], invoice);
     assert_eq!(row[1], tenant);
-    assert_eq!(&row[4..], ["Issued", "8", "10", "USD"], "{stdout}");
+    assert_eq!(&row[4..], ["Issued", "8", "10.5", "USD"], "{stdout}");
 
     let (ok, stdout, stderr) = gryvia(&["invoice", "get", &invoice]).await;
     assert!(ok, "{stderr}");
     assert!(stdout.contains("Phase:      Issued"), "{stdout}");
-    assert!(stdout.contains("Total:      10 USD"), "{stdout}");
+    assert!(stdout.contains("Total:      10.5 USD"), "{stdout}");
+    let network_line = stdout
+        .lines()
+        .find(|l| l.starts_with("egress "))
+        .unwrap_or_else(|| panic!("no network line: {stdout}"));
+    assert_eq!(
+        network_line.split_whitespace().collect::<Vec<_>>()[1..],
+        ["1073741824", "0", "0.5", "USD"]
+    );
     let sku_line = stdout
         .lines()
         .find(|l| l.starts_with(&sku))
@@ -134,7 +183,8 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
     let (ok, stdout, _) = gryvia(&["invoice", "get", &invoice, "-o", "json"]).await;
     assert!(ok);
     let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(json["status"]["total"], "10");
+    assert_eq!(json["status"]["total"], "10.5");
+    assert_eq!(json["status"]["networkLines"][0]["amount"], "0.5");
     assert_eq!(json["status"]["jobs"][0]["name"], "train");
 
     // `gryvia cost`: this month's spend from the same record (all of it when the month began
@@ -149,9 +199,9 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
             .0
             .as_second();
     if month_start <= now - 5 * 3600 {
-        assert_eq!(c["spendUSD"], "10", "{c}");
+        assert_eq!(c["spendUSD"], "10.5", "{c}");
         assert_eq!(c["gpuHours"], "8", "{c}");
-        assert_eq!(c["records"], 1, "{c}");
+        assert_eq!(c["records"], 2, "{c}");
     }
     let (ok, stdout, stderr) = gryvia(&["cost", &tenant, "--detailed"]).await;
     assert!(ok, "{stderr}");
@@ -180,5 +230,6 @@ async fn invoice_and_cost_show_a_tenants_priced_usage_and_bad_input_is_one_line(
     let dp = DeleteParams::default();
     let _ = invoices.delete(&invoice, &dp).await;
     let _ = records.delete(&record, &dp).await;
+    let _ = records.delete(&network_record, &dp).await;
     let _ = skus.delete(&sku, &dp).await;
 }

@@ -11,6 +11,7 @@ pub mod job_hook;
 pub mod kueue;
 pub mod metering;
 pub mod network_baseline;
+pub mod network_cost;
 pub mod network_health;
 pub mod priority;
 pub mod queue;

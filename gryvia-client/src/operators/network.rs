@@ -2,11 +2,12 @@
 //! collectors' GryviaFlowAggregates and GryviaFabricSignals. Each GryviaNetworkBaseline learns
 //! its node's normal traffic and raises GryviaNetworkAnomalies, which resolve themselves when
 //! the traffic is back within bounds; each GryviaServiceGraph keeps who talks to whom over its
-//! window.
+//! window; each GryviaNetworkCost prices what crosses zones and leaves the cluster, and one of
+//! them writes it as usage records for invoices.
 
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
-use crate::controllers::{network_baseline, service_graph};
+use crate::controllers::{network_baseline, network_cost, service_graph};
 
 /// Name of the operator (its Lease, its logs).
 pub const NAME: &str = "gryvia-network-operator";
@@ -27,6 +28,7 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
         .with(network_baseline::baseline_controller)
         .with(network_baseline::anomaly_controller)
         .with(service_graph::controller)
+        .with(network_cost::controller)
 }
 
 /// Runs the network-operator until SIGTERM.
@@ -34,6 +36,6 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
 /// # Errors
 /// What [`super::run_blocking`] returns.
 pub fn run(flags: &Flags) -> Result<()> {
-    tracing::info!("network baselines, anomalies and service graphs on");
+    tracing::info!("network baselines, anomalies, service graphs and network cost on");
     super::run_blocking(NAME, &flags.operator, controllers(flags), None)
 }

@@ -3410,6 +3410,21 @@ class GryviaInvoiceStatusLineItems(Object):
     def unit_price(self) -> str:
         """Price per GPU-hour."""
 
+class GryviaInvoiceStatusNetworkLines(Object):
+    """A network line of an invoice: the transfer its network usage records priced."""
+    @property
+    def amount(self) -> str:
+        """What they cost."""
+    @property
+    def cross_zone_bytes(self) -> int:
+        """Bytes exchanged with other zones."""
+    @property
+    def egress_bytes(self) -> int:
+        """Bytes sent out of the cluster."""
+    @property
+    def source(self) -> str:
+        """The GryviaNetworkCost that priced it."""
+
 class GryviaInvoiceStatusOtherCurrencies(Object):
     """An amount in a currency."""
     @property
@@ -3495,6 +3510,13 @@ class GryviaInvoiceStatus(Object):
         """One line per SKU priced in the invoice's currency.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'lineItems' in obj`` tells).
+        """
+    @property
+    def network_lines(self) -> List[GryviaInvoiceStatusNetworkLines]:
+        """One line per GryviaNetworkCost whose network usage records are priced in the
+        invoice's currency.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'networkLines' in obj`` tells).
         """
     @property
     def other_currencies(self) -> List[GryviaInvoiceStatusOtherCurrencies]:
@@ -4281,6 +4303,46 @@ class GryviaNetworkCostSpec(Object):
     @property
     def group_by(self) -> str:
         """How transfer is attributed."""
+    @property
+    def usage_records(self) -> bool:
+        """Write each namespace's priced transfer as hourly GryviaUsageRecords (booked to the
+        namespace's tenant), which invoices list as network lines. Only the first
+        GryviaNetworkCost by name with this set writes records: two would bill the same bytes
+        twice.
+        """
+
+class GryviaNetworkCostStatusConditions(Object):
+    """Condition contains details for one aspect of the current state of this API Resource."""
+    @property
+    def last_transition_time(self) -> str:
+        """lastTransitionTime is the last time the condition transitioned from one status to another. This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable."""
+    @property
+    def message(self) -> str:
+        """message is a human readable message indicating details about the transition. This may be an empty string."""
+    @property
+    def observed_generation(self) -> int:
+        """observedGeneration represents the .metadata.generation that the condition was set based upon. For instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date with respect to the current state of the instance.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'observedGeneration' in obj`` tells).
+        """
+    @property
+    def reason(self) -> str:
+        """reason contains a programmatic identifier indicating the reason for the condition's last transition. Producers of specific condition types may define expected values and meanings for this field, and whether the values are considered a guaranteed API. The value should be a CamelCase string. This field may not be empty."""
+    @property
+    def status(self) -> str:
+        """status of the condition, one of True, False, Unknown."""
+    @property
+    def type(self) -> str:
+        """type of condition in CamelCase or in foo.example.com/CamelCase."""
+
+class GryviaNetworkCostStatusEgressByZone(Object):
+    """Bytes of a zone."""
+    @property
+    def bytes(self) -> int:
+        """Bytes."""
+    @property
+    def zone(self) -> str:
+        """The zone."""
 
 class GryviaNetworkCostStatusEntries(Object):
     """Cost of one group."""
@@ -4297,8 +4359,64 @@ class GryviaNetworkCostStatusEntries(Object):
     def name(self) -> str:
         """Group name."""
 
+class GryviaNetworkCostStatusHoursNamespaces(Object):
+    """A namespace's priced transfer."""
+    @property
+    def amount(self) -> str:
+        """What they cost at the spec's prices (frozen once the hour is closed)."""
+    @property
+    def cross_zone_bytes(self) -> int:
+        """Bytes its pods exchanged with other zones."""
+    @property
+    def egress_bytes(self) -> int:
+        """Bytes its pods sent out of the cluster."""
+    @property
+    def namespace(self) -> str:
+        """The namespace."""
+    @property
+    def tenant(self) -> str:
+        """Its tenant (its `gryvia.io/tenant` label, else its own name)."""
+
+class GryviaNetworkCostStatusHours(Object):
+    """One hour's transfer, per namespace, for its usage records."""
+    @property
+    def closed(self) -> bool:
+        """Whether the hour is over and its records are final."""
+    @property
+    def namespaces(self) -> List[GryviaNetworkCostStatusHoursNamespaces]:
+        """Per namespace, sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'namespaces' in obj`` tells).
+        """
+    @property
+    def start(self) -> str:
+        """Start of the hour (UTC)."""
+
+class GryviaNetworkCostStatusZonePairs(Object):
+    """Bytes between two zones."""
+    @property
+    def bytes(self) -> int:
+        """Bytes both ways."""
+    @property
+    def to(self) -> str:
+        """The other."""
+
 class GryviaNetworkCostStatus(Object):
-    """Attributed network cost."""
+    """Attributed network cost: every window folded in since `since`, priced at the spec's
+    current prices.
+    """
+    @property
+    def conditions(self) -> List[GryviaNetworkCostStatusConditions]:
+        """`Metering`, with `spec.usageRecords`: whether this object writes the usage records.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'conditions' in obj`` tells).
+        """
+    @property
+    def egress_by_zone(self) -> List[GryviaNetworkCostStatusEgressByZone]:
+        """Bytes that left the cluster, per zone they left from (empty: a node without a zone).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'egressByZone' in obj`` tells).
+        """
     @property
     def entries(self) -> List[GryviaNetworkCostStatusEntries]:
         """One entry per group, sorted by name.
@@ -4306,10 +4424,41 @@ class GryviaNetworkCostStatus(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'entries' in obj`` tells).
         """
     @property
+    def folded(self) -> ObjectMap[str]:
+        """The end of the last window folded in, per node (each window counts once).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'folded' in obj`` tells).
+        """
+    @property
+    def hours(self) -> List[GryviaNetworkCostStatusHours]:
+        """With `spec.usageRecords`: the transfer of each hour whose usage records are not yet
+        final, per namespace (the records are written from it).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'hours' in obj`` tells).
+        """
+    @property
+    def since(self) -> str:
+        """When the first window was folded in.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'since' in obj`` tells).
+        """
+    @property
+    def total(self) -> str:
+        """Sum of the entries' costs.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'total' in obj`` tells).
+        """
+    @property
     def updated_at(self) -> str:
-        """When it was computed.
+        """When it last changed.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'updatedAt' in obj`` tells).
+        """
+    @property
+    def zone_pairs(self) -> List[GryviaNetworkCostStatusZonePairs]:
+        """Bytes between each two zones, both ways, sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'zonePairs' in obj`` tells).
         """
 
 class GryviaNetworkCost(Resource):
@@ -4325,7 +4474,8 @@ class GryviaNetworkCost(Resource):
         """Network transfer attributed to teams, jobs or services, priced per GiB."""
     @property
     def status(self) -> GryviaNetworkCostStatus:
-        """Attributed network cost.
+        """Attributed network cost: every window folded in since `since`, priced at the spec's
+        current prices.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'status' in obj`` tells).
         """
@@ -6159,6 +6309,23 @@ class GryviaTrainingInsight(Resource):
         Optional: reading it when it is unset raises ``AttributeError`` (``'status' in obj`` tells).
         """
 
+class GryviaUsageRecordSpecNetwork(Object):
+    """A network record (written by the network-operator from a GryviaNetworkCost): the
+    priced transfer of the namespace's pods over the interval.
+    """
+    @property
+    def amount(self) -> str:
+        """What they cost."""
+    @property
+    def cross_zone_bytes(self) -> int:
+        """Bytes exchanged with other zones."""
+    @property
+    def currency(self) -> str:
+        """Currency of `amount` (ISO 4217)."""
+    @property
+    def egress_bytes(self) -> int:
+        """Bytes sent out of the cluster."""
+
 class GryviaUsageRecordSpecWorkload(Object):
     """The metered workload."""
     @property
@@ -6197,8 +6364,18 @@ class GryviaUsageRecordSpec(Object):
     def namespace(self) -> str:
         """Namespace of the job."""
     @property
+    def network(self) -> GryviaUsageRecordSpecNetwork:
+        """A network record (written by the network-operator from a GryviaNetworkCost): the
+        priced transfer of the namespace's pods over the interval.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'network' in obj`` tells).
+        """
+    @property
     def sku(self) -> str:
-        """GryviaGpuSku name."""
+        """GryviaGpuSku name (a GPU record's; a network record has none).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'sku' in obj`` tells).
+        """
     @property
     def start_time(self) -> str:
         """Start of the interval."""

@@ -156,7 +156,7 @@ fn end(ip: &str, dir: &Directory) -> End {
 }
 
 /// Whether the local end (port `local`) is the client against a peer on port `peer`.
-fn local_is_client(local: i32, peer: i32, peer_is_service: bool) -> bool {
+pub fn local_is_client(local: i32, peer: i32, peer_is_service: bool) -> bool {
     if peer_is_service {
         return true;
     }

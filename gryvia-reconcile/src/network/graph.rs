@@ -157,7 +157,7 @@ pub fn fold(
         .collect();
     let mut folded = current.folded.clone();
     for w in windows {
-        if folded.get(&w.node).is_some_and(|t| t.0 >= w.end) {
+        if !super::newer(folded.get(&w.node), Some(&Time(w.end))) {
             continue;
         }
         folded.insert(w.node.clone(), Time(w.end));

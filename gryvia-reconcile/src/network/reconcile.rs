@@ -13,6 +13,10 @@
 //! [`ServiceGraphReconciler`]: a GryviaServiceGraph folds each new window of every node's
 //! GryviaFlowAggregate in once, its flows resolved to workloads ([`super::flows`]), into
 //! buckets over `windowMinutes`, and comes back when the oldest bucket is due to leave.
+//!
+//! [`NetworkCostReconciler`]: a GryviaNetworkCost folds each new window of every node's
+//! GryviaFlowAggregate in once ([`super::cost`]) and, with `spec.usageRecords` (the first such
+//! object by name), writes each namespace's hourly GryviaUsageRecords.
 
 use std::collections::BTreeMap;
 
@@ -23,10 +27,15 @@ use gryvia_types::{
     GryviaServiceGraph, GryviaServiceGraphStatus,
 };
 
+use gryvia_types::conditions::{self, Status};
+use gryvia_types::{GryviaNetworkCost, GryviaNetworkCostStatus};
+
 use super::anomaly::{Change, changes, is_open, wire};
 use super::baseline::{Metric, sample, step};
+use super::cost::{self, CostDirectory, CostWindow};
 use super::flows::{Directory, resolve};
 use super::graph::{NodeWindow, WorkloadFlow, bucket_seconds, fold};
+use super::newer;
 use crate::{Child, EventType, Plan, Reconcile, Timestamp};
 
 /// Reason of the Warning Event on a baseline that raised an anomaly.
@@ -69,10 +78,6 @@ pub fn open_anomalies<'a>(
         }
     }
     latest.into_iter().map(|(m, (_, n))| (m, n)).collect()
-}
-
-fn newer(seen: Option<&Time>, t: Option<&Time>) -> bool {
-    t.is_some_and(|t| seen.is_none_or(|s| t.0 > s.0))
 }
 
 fn number(x: f64) -> String {
@@ -321,6 +326,93 @@ impl Reconcile for ServiceGraphReconciler {
             ));
         }
         plan.set_status_if_changed(g.status.as_ref(), status);
+        plan
+    }
+}
+
+/// What a network cost's reconcile reads: every node's aggregate, the addresses, and which
+/// GryviaNetworkCost writes the usage records.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CostWorld {
+    /// Each reporting node's GryviaFlowAggregate status, by node.
+    pub aggregates: BTreeMap<String, GryviaFlowAggregateStatus>,
+    /// Pods, Services, nodes and zones.
+    pub directory: CostDirectory,
+    /// The first GryviaNetworkCost by name with `spec.usageRecords` (the one that writes them).
+    pub metering: Option<String>,
+}
+
+/// Condition of a GryviaNetworkCost with `spec.usageRecords`: whether it writes them.
+pub const METERING: &str = "Metering";
+
+/// Folds every node's new windows into a network cost and writes its usage records.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetworkCostReconciler;
+
+impl Reconcile for NetworkCostReconciler {
+    type Object = GryviaNetworkCost;
+    type World = CostWorld;
+    type Status = GryviaNetworkCostStatus;
+
+    fn name(&self) -> &'static str {
+        "network-cost"
+    }
+
+    fn reconcile(
+        &self,
+        c: &GryviaNetworkCost,
+        world: &CostWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaNetworkCostStatus> {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let current = c.status.clone().unwrap_or_default();
+        let metering = c.spec.usage_records && world.metering.as_deref() == Some(name.as_str());
+        let windows: Vec<CostWindow> = world
+            .aggregates
+            .iter()
+            .filter_map(|(node, a)| {
+                let end = a.window_end.as_ref()?;
+                newer(current.folded.get(node), Some(end)).then(|| CostWindow {
+                    node: node.clone(),
+                    end: end.0,
+                    transfers: cost::transfers(node, a, &world.directory),
+                })
+            })
+            .collect();
+        let mut status = cost::fold(&current, &c.spec, &windows, metering, now);
+        let mut plan = Plan::new();
+        if c.spec.usage_records {
+            let (st, reason, message) = if metering {
+                (
+                    Status::True,
+                    "WritesUsageRecords",
+                    "writes hourly usage records per namespace".to_owned(),
+                )
+            } else {
+                let other = world.metering.clone().unwrap_or_default();
+                (
+                    Status::False,
+                    "AnotherCostMeters",
+                    format!(
+                        "GryviaNetworkCost {other} writes the usage records (the first by name): two would bill the same bytes twice"
+                    ),
+                )
+            };
+            let cond = conditions::new(METERING, st, reason, message, c.metadata.generation, now);
+            conditions::set(&mut status.conditions, cond);
+        } else {
+            status.conditions.retain(|x| x.type_ != METERING);
+        }
+        if metering {
+            for r in cost::usage_records(&name, &c.spec.currency, &status, now) {
+                plan.apply_built(Child::from_resource(&r).map(Child::unowned));
+            }
+            if !status.hours.is_empty() {
+                // Back when an hour is due to close (or a closed one to leave).
+                plan.requeue(std::time::Duration::from_secs(60));
+            }
+        }
+        plan.set_status_if_changed(c.status.as_ref(), status);
         plan
     }
 }
@@ -659,5 +751,86 @@ mod tests {
         assert!(!st.metrics.contains_key("bytesPerSecond"));
         assert_eq!(st.signal_at, Some(t(60)));
         assert_eq!(st.window_end, None);
+    }
+
+    fn cost_world(metering: &str) -> CostWorld {
+        use super::super::cost::{CostPod, Groups};
+        let pod = |ns: &str, node: &str| CostPod {
+            groups: Groups {
+                namespace: ns.into(),
+                team: Some(format!("team-{ns}")),
+                ..Groups::default()
+            },
+            node: node.into(),
+        };
+        let flow = FlowRecord {
+            src_ip: "10.0.1.5".into(),
+            src_port: 45000,
+            dst_ip: "8.8.8.8".into(),
+            dst_port: 443,
+            protocol: Protocol::TCP,
+            tx_bytes: 1 << 30,
+            rx_bytes: 5,
+            retransmits: 0,
+            pod: None,
+        };
+        CostWorld {
+            aggregates: BTreeMap::from([(
+                "node-a".into(),
+                GryviaFlowAggregateStatus {
+                    window_start: Some(t(0)),
+                    window_end: Some(t(10)),
+                    flows: vec![flow],
+                    flow_count: 1,
+                },
+            )]),
+            directory: CostDirectory {
+                pods: BTreeMap::from([("10.0.1.5".into(), pod("ml", "node-a"))]),
+                reporting: ["node-a".to_owned()].into(),
+                ..CostDirectory::default()
+            },
+            metering: Some(metering.into()),
+        }
+    }
+
+    fn cost(name: &str) -> GryviaNetworkCost {
+        GryviaNetworkCost::new(
+            name,
+            gryvia_types::GryviaNetworkCostSpec {
+                group_by: gryvia_types::CostGrouping::Team,
+                egress_per_gib: gryvia_types::money::Decimal::parse("0.09").unwrap(),
+                cross_zone_per_gib: gryvia_types::money::Decimal::parse("0.01").unwrap(),
+                currency: "USD".into(),
+                usage_records: true,
+            },
+        )
+    }
+
+    #[test]
+    fn the_first_cost_with_usage_records_writes_them_and_a_second_says_why_it_does_not() {
+        let plan = NetworkCostReconciler.reconcile(&cost("a"), &cost_world("a"), t(15).0);
+        let st = plan.status.clone().unwrap();
+        assert_eq!(st.entries[0].name, "team-ml");
+        assert_eq!(
+            st.total.as_ref().map(|d| d.as_str().to_owned()),
+            Some("0.09".into())
+        );
+        assert_eq!(plan.apply.len(), 1);
+        let r = &plan.apply[0].object;
+        assert_eq!(r["spec"]["tenant"], "team-ml");
+        assert_eq!(r["spec"]["network"]["egressBytes"], 1 << 30);
+        assert!(plan.apply[0].owned.eq(&false));
+        assert!(conditions::is_true(&st.conditions, METERING));
+        let plan = NetworkCostReconciler.reconcile(&cost("b"), &cost_world("a"), t(15).0);
+        let st = plan.status.clone().unwrap();
+        assert!(plan.apply.is_empty());
+        let c = conditions::find(&st.conditions, METERING).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "AnotherCostMeters")
+        );
+        // Its cost is still folded.
+        assert_eq!(st.entries[0].egress_bytes, 1 << 30);
+        assert!(st.hours.is_empty());
     }
 }

@@ -1,12 +1,16 @@
-//! What both network-operator E2E tests do: run the operator's and the collector's service
+//! What the network-operator E2E tests share: run the operator's and the collector's service
 //! accounts in a test namespace, and write a node's GryviaFlowAggregate window as the collector
-//! writes it.
+//! writes it, and pods with an address.
 
 #![expect(clippy::unwrap_used, reason = "test helpers panic on failure")]
+#![allow(dead_code, reason = "each test binary uses a part of it")]
 
-use gryvia_testsupport::ServiceAccountAccess;
+use std::time::Duration;
+
+use gryvia_testsupport::{ServiceAccountAccess, wait_for};
 use gryvia_types::GryviaFlowAggregate;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The network-operator's and the collector's access in `ns` (under their ClusterRoles in
@@ -66,4 +70,32 @@ pub async fn write_window(client: &kube::Client, node: &str, end: jiff::Timestam
     )
     .await
     .unwrap();
+}
+
+/// A flow record as the collector writes it (one retransmit).
+pub fn flow(src: (&str, i32), dst: (&str, i32), tx: i64, rx: i64, pod: &str) -> Value {
+    json!({"srcIp": src.0, "srcPort": src.1, "dstIp": dst.0, "dstPort": dst.1, "protocol": "TCP",
+           "txBytes": tx, "rxBytes": rx, "retransmits": 1, "pod": pod})
+}
+
+/// A pod on `node` (KWOK gives it an address).
+pub async fn pod_ip(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    labels: Value,
+) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.local/x:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for("the pod's address", Duration::from_secs(60), || async {
+        pods.get(name).await.ok()?.status?.pod_ip
+    })
+    .await
+    .unwrap()
 }

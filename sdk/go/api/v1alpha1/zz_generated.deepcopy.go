@@ -3727,6 +3727,11 @@ func (in *GryviaInvoiceStatus) DeepCopyInto(out *GryviaInvoiceStatus) {
 		*out = make([]GryviaInvoiceStatusLineItem, len(*in))
 		copy(*out, *in)
 	}
+	if in.NetworkLines != nil {
+		in, out := &in.NetworkLines, &out.NetworkLines
+		*out = make([]GryviaInvoiceStatusNetworkLine, len(*in))
+		copy(*out, *in)
+	}
 	if in.OtherCurrencies != nil {
 		in, out := &in.OtherCurrencies, &out.OtherCurrencies
 		*out = make([]GryviaInvoiceStatusOtherCurrency, len(*in))
@@ -3810,6 +3815,21 @@ func (in *GryviaInvoiceStatusLineItem) DeepCopy() *GryviaInvoiceStatusLineItem {
 		return nil
 	}
 	out := new(GryviaInvoiceStatusLineItem)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaInvoiceStatusNetworkLine) DeepCopyInto(out *GryviaInvoiceStatusNetworkLine) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaInvoiceStatusNetworkLine) DeepCopy() *GryviaInvoiceStatusNetworkLine {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaInvoiceStatusNetworkLine)
 	in.DeepCopyInto(out)
 	return out
 }
@@ -4947,6 +4967,11 @@ func (in *GryviaNetworkCostSpec) DeepCopyInto(out *GryviaNetworkCostSpec) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.UsageRecords != nil {
+		in, out := &in.UsageRecords, &out.UsageRecords
+		*out = new(bool)
+		**out = **in
+	}
 }
 
 // DeepCopy returns a deep copy of in, or nil when in is nil.
@@ -4962,15 +4987,60 @@ func (in *GryviaNetworkCostSpec) DeepCopy() *GryviaNetworkCostSpec {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaNetworkCostStatus) DeepCopyInto(out *GryviaNetworkCostStatus) {
 	*out = *in
+	if in.Conditions != nil {
+		in, out := &in.Conditions, &out.Conditions
+		*out = make([]metav1.Condition, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.EgressByZone != nil {
+		in, out := &in.EgressByZone, &out.EgressByZone
+		*out = make([]GryviaNetworkCostStatusEgressByZone, len(*in))
+		copy(*out, *in)
+	}
 	if in.Entries != nil {
 		in, out := &in.Entries, &out.Entries
 		*out = make([]GryviaNetworkCostStatusEntry, len(*in))
 		copy(*out, *in)
 	}
+	if in.Folded != nil {
+		in, out := &in.Folded, &out.Folded
+		*out = make(map[string]metav1.Time, len(*in))
+		for key, val := range *in {
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
+		}
+	}
+	if in.Hours != nil {
+		in, out := &in.Hours, &out.Hours
+		*out = make([]GryviaNetworkCostStatusHour, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Since != nil {
+		in, out := &in.Since, &out.Since
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Total != nil {
+		in, out := &in.Total, &out.Total
+		*out = new(string)
+		**out = **in
+	}
 	if in.UpdatedAt != nil {
 		in, out := &in.UpdatedAt, &out.UpdatedAt
 		*out = new(metav1.Time)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.ZonePairs != nil {
+		in, out := &in.ZonePairs, &out.ZonePairs
+		*out = make([]GryviaNetworkCostStatusZonePair, len(*in))
+		copy(*out, *in)
 	}
 }
 
@@ -4980,6 +5050,21 @@ func (in *GryviaNetworkCostStatus) DeepCopy() *GryviaNetworkCostStatus {
 		return nil
 	}
 	out := new(GryviaNetworkCostStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaNetworkCostStatusEgressByZone) DeepCopyInto(out *GryviaNetworkCostStatusEgressByZone) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaNetworkCostStatusEgressByZone) DeepCopy() *GryviaNetworkCostStatusEgressByZone {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaNetworkCostStatusEgressByZone)
 	in.DeepCopyInto(out)
 	return out
 }
@@ -4995,6 +5080,62 @@ func (in *GryviaNetworkCostStatusEntry) DeepCopy() *GryviaNetworkCostStatusEntry
 		return nil
 	}
 	out := new(GryviaNetworkCostStatusEntry)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaNetworkCostStatusHour) DeepCopyInto(out *GryviaNetworkCostStatusHour) {
+	*out = *in
+	if in.Closed != nil {
+		in, out := &in.Closed, &out.Closed
+		*out = new(bool)
+		**out = **in
+	}
+	if in.Namespaces != nil {
+		in, out := &in.Namespaces, &out.Namespaces
+		*out = make([]GryviaNetworkCostStatusHourNamespace, len(*in))
+		copy(*out, *in)
+	}
+	in.Start.DeepCopyInto(&out.Start)
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaNetworkCostStatusHour) DeepCopy() *GryviaNetworkCostStatusHour {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaNetworkCostStatusHour)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaNetworkCostStatusHourNamespace) DeepCopyInto(out *GryviaNetworkCostStatusHourNamespace) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaNetworkCostStatusHourNamespace) DeepCopy() *GryviaNetworkCostStatusHourNamespace {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaNetworkCostStatusHourNamespace)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaNetworkCostStatusZonePair) DeepCopyInto(out *GryviaNetworkCostStatusZonePair) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaNetworkCostStatusZonePair) DeepCopy() *GryviaNetworkCostStatusZonePair {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaNetworkCostStatusZonePair)
 	in.DeepCopyInto(out)
 	return out
 }
@@ -7268,6 +7409,16 @@ func (in *GryviaUsageRecordSpec) DeepCopyInto(out *GryviaUsageRecordSpec) {
 		*out = new(metav1.Time)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Network != nil {
+		in, out := &in.Network, &out.Network
+		*out = new(GryviaUsageRecordSpecNetwork)
+		**out = **in
+	}
+	if in.Sku != nil {
+		in, out := &in.Sku, &out.Sku
+		*out = new(string)
+		**out = **in
+	}
 	in.StartTime.DeepCopyInto(&out.StartTime)
 	if in.Template != nil {
 		in, out := &in.Template, &out.Template
@@ -7283,6 +7434,21 @@ func (in *GryviaUsageRecordSpec) DeepCopy() *GryviaUsageRecordSpec {
 		return nil
 	}
 	out := new(GryviaUsageRecordSpec)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaUsageRecordSpecNetwork) DeepCopyInto(out *GryviaUsageRecordSpecNetwork) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaUsageRecordSpecNetwork) DeepCopy() *GryviaUsageRecordSpecNetwork {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaUsageRecordSpecNetwork)
 	in.DeepCopyInto(out)
 	return out
 }

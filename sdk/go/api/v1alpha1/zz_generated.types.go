@@ -3360,6 +3360,12 @@ type GryviaInvoiceStatus struct {
 	// +optional
 	LineItems []GryviaInvoiceStatusLineItem `json:"lineItems,omitempty"`
 
+	// One line per GryviaNetworkCost whose network usage records are priced in the
+	// invoice's currency.
+	//
+	// +optional
+	NetworkLines []GryviaInvoiceStatusNetworkLine `json:"networkLines,omitempty"`
+
 	// Usage priced in other currencies, listed per currency and not added to the total.
 	//
 	// +optional
@@ -3451,6 +3457,23 @@ type GryviaInvoiceStatusLineItem struct {
 
 	// Price per GPU-hour.
 	UnitPrice string `json:"unitPrice"`
+}
+
+// GryviaInvoiceStatusNetworkLine is the schema of GryviaInvoice .status.networkLines[].
+//
+// A network line of an invoice: the transfer its network usage records priced.
+type GryviaInvoiceStatusNetworkLine struct {
+	// What they cost.
+	Amount string `json:"amount"`
+
+	// Bytes exchanged with other zones.
+	CrossZoneBytes int64 `json:"crossZoneBytes"`
+
+	// Bytes sent out of the cluster.
+	EgressBytes int64 `json:"egressBytes"`
+
+	// The GryviaNetworkCost that priced it.
+	Source string `json:"source"`
 }
 
 // GryviaInvoiceStatusOtherCurrency is the schema of GryviaInvoice .status.otherCurrencies[].
@@ -4382,7 +4405,8 @@ type GryviaNetworkCost struct {
 	// Network transfer attributed to teams, jobs or services, priced per GiB.
 	Spec GryviaNetworkCostSpec `json:"spec"`
 
-	// Attributed network cost.
+	// Attributed network cost: every window folded in since `since`, priced at the spec's
+	// current prices.
 	//
 	// +optional
 	Status *GryviaNetworkCostStatus `json:"status,omitempty"`
@@ -4417,6 +4441,16 @@ type GryviaNetworkCostSpec struct {
 
 	// How transfer is attributed.
 	GroupBy GryviaNetworkCostSpecGroupBy `json:"groupBy"`
+
+	// Write each namespace's priced transfer as hourly GryviaUsageRecords (booked to the
+	// namespace's tenant), which invoices list as network lines. Only the first
+	// GryviaNetworkCost by name with this set writes records: two would bill the same bytes
+	// twice.
+	//
+	// The API server defaults it to false.
+	//
+	// +optional
+	UsageRecords *bool `json:"usageRecords,omitempty"`
 }
 
 // GryviaNetworkCostSpecGroupBy is the set of values of GryviaNetworkCost .spec.groupBy.
@@ -4436,17 +4470,65 @@ const (
 
 // GryviaNetworkCostStatus is the schema of GryviaNetworkCost .status.
 //
-// Attributed network cost.
+// Attributed network cost: every window folded in since `since`, priced at the spec's
+// current prices.
 type GryviaNetworkCostStatus struct {
+	// `Metering`, with `spec.usageRecords`: whether this object writes the usage records.
+	//
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Bytes that left the cluster, per zone they left from (empty: a node without a zone).
+	//
+	// +optional
+	EgressByZone []GryviaNetworkCostStatusEgressByZone `json:"egressByZone,omitempty"`
+
 	// One entry per group, sorted by name.
 	//
 	// +optional
 	Entries []GryviaNetworkCostStatusEntry `json:"entries,omitempty"`
 
-	// When it was computed.
+	// The end of the last window folded in, per node (each window counts once).
+	//
+	// +optional
+	Folded map[string]metav1.Time `json:"folded,omitempty"`
+
+	// With `spec.usageRecords`: the transfer of each hour whose usage records are not yet
+	// final, per namespace (the records are written from it).
+	//
+	// +optional
+	Hours []GryviaNetworkCostStatusHour `json:"hours,omitempty"`
+
+	// When the first window was folded in.
+	//
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// Sum of the entries' costs.
+	//
+	// +optional
+	Total *string `json:"total,omitempty"`
+
+	// When it last changed.
 	//
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+
+	// Bytes between each two zones, both ways, sorted.
+	//
+	// +optional
+	ZonePairs []GryviaNetworkCostStatusZonePair `json:"zonePairs,omitempty"`
+}
+
+// GryviaNetworkCostStatusEgressByZone is the schema of GryviaNetworkCost .status.egressByZone[].
+//
+// Bytes of a zone.
+type GryviaNetworkCostStatusEgressByZone struct {
+	// Bytes.
+	Bytes int64 `json:"bytes"`
+
+	// The zone.
+	Zone string `json:"zone"`
 }
 
 // GryviaNetworkCostStatusEntry is the schema of GryviaNetworkCost .status.entries[].
@@ -4464,6 +4546,60 @@ type GryviaNetworkCostStatusEntry struct {
 
 	// Group name.
 	Name string `json:"name"`
+}
+
+// GryviaNetworkCostStatusHour is the schema of GryviaNetworkCost .status.hours[].
+//
+// One hour's transfer, per namespace, for its usage records.
+type GryviaNetworkCostStatusHour struct {
+	// Whether the hour is over and its records are final.
+	//
+	// The API server defaults it to false.
+	//
+	// +optional
+	Closed *bool `json:"closed,omitempty"`
+
+	// Per namespace, sorted.
+	//
+	// +optional
+	Namespaces []GryviaNetworkCostStatusHourNamespace `json:"namespaces,omitempty"`
+
+	// Start of the hour (UTC).
+	Start metav1.Time `json:"start"`
+}
+
+// GryviaNetworkCostStatusHourNamespace is the schema of GryviaNetworkCost .status.hours[].namespaces[].
+//
+// A namespace's priced transfer.
+type GryviaNetworkCostStatusHourNamespace struct {
+	// What they cost at the spec's prices (frozen once the hour is closed).
+	Amount string `json:"amount"`
+
+	// Bytes its pods exchanged with other zones.
+	CrossZoneBytes int64 `json:"crossZoneBytes"`
+
+	// Bytes its pods sent out of the cluster.
+	EgressBytes int64 `json:"egressBytes"`
+
+	// The namespace.
+	Namespace string `json:"namespace"`
+
+	// Its tenant (its `gryvia.io/tenant` label, else its own name).
+	Tenant string `json:"tenant"`
+}
+
+// GryviaNetworkCostStatusZonePair is the schema of GryviaNetworkCost .status.zonePairs[].
+//
+// Bytes between two zones.
+type GryviaNetworkCostStatusZonePair struct {
+	// Bytes both ways.
+	Bytes int64 `json:"bytes"`
+
+	// One zone (the smaller name).
+	From string `json:"from"`
+
+	// The other.
+	To string `json:"to"`
 }
 
 // GryviaPriority is a kind of the gryvia.io/v1alpha1 API (cluster-scoped, resource gryviapriorities, short names gpri).
@@ -6340,8 +6476,16 @@ type GryviaUsageRecordSpec struct {
 	// Namespace of the job.
 	Namespace string `json:"namespace"`
 
-	// GryviaGpuSku name.
-	Sku string `json:"sku"`
+	// A network record (written by the network-operator from a GryviaNetworkCost): the
+	// priced transfer of the namespace's pods over the interval.
+	//
+	// +optional
+	Network *GryviaUsageRecordSpecNetwork `json:"network,omitempty"`
+
+	// GryviaGpuSku name (a GPU record's; a network record has none).
+	//
+	// +optional
+	Sku *string `json:"sku,omitempty"`
 
 	// Start of the interval.
 	StartTime metav1.Time `json:"startTime"`
@@ -6357,6 +6501,24 @@ type GryviaUsageRecordSpec struct {
 
 	// The metered workload.
 	Workload GryviaUsageRecordSpecWorkload `json:"workload"`
+}
+
+// GryviaUsageRecordSpecNetwork is the schema of GryviaUsageRecord .spec.network.
+//
+// A network record (written by the network-operator from a GryviaNetworkCost): the
+// priced transfer of the namespace's pods over the interval.
+type GryviaUsageRecordSpecNetwork struct {
+	// What they cost.
+	Amount string `json:"amount"`
+
+	// Bytes exchanged with other zones.
+	CrossZoneBytes int64 `json:"crossZoneBytes"`
+
+	// Currency of `amount` (ISO 4217).
+	Currency string `json:"currency"`
+
+	// Bytes sent out of the cluster.
+	EgressBytes int64 `json:"egressBytes"`
 }
 
 // GryviaUsageRecordSpecWorkload is the schema of GryviaUsageRecord .spec.workload.
