@@ -19,8 +19,8 @@ use gryvia_types::{
     GryviaFlowAggregate, GryviaNetworkCost, GryviaUsageRecord, NetworkCostEntry, ZoneBytes,
     ZonePairBytes,
 };
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const GIB: i64 = 1 << 30;
@@ -106,16 +106,7 @@ async fn cross_zone_and_egress_bytes_are_priced_by_tenant_and_job_and_written_as
     )
     .await;
     let store = pod_ip(&client, n, "store-0", b, json!({"app": "store"})).await;
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "store"},
-        "spec": {"selector": {"app": "store"}, "ports": [{"port": 80, "targetPort": 9000}]}
-    }))
-    .unwrap();
-    let svc = Api::<Service>::namespaced(client.clone(), n)
-        .create(&PostParams::default(), &svc)
-        .await
-        .unwrap();
-    let service_ip = svc.spec.unwrap().cluster_ip.unwrap();
+    let service_ip = common::store_service(&client, n).await;
 
     // By tenant, writing usage records; by job, not.
     let (by_team, by_job) = (format!("{n}-team"), format!("{n}-job"));

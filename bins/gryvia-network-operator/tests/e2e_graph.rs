@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use gryvia_testsupport::{KwokNodes, Process, ServiceAccountAccess, TestNamespace, wait_for};
 use gryvia_types::{GryviaFlowAggregate, GryviaServiceGraph};
-use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
@@ -98,16 +97,7 @@ impl Rig {
         )
         .await;
         let store = pod_ip(&client, n, "store-0", b, json!({"app": "store"})).await;
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": "store"},
-            "spec": {"selector": {"app": "store"}, "ports": [{"port": 80, "targetPort": 9000}]}
-        }))
-        .unwrap();
-        let svc = Api::<Service>::namespaced(client.clone(), n)
-            .create(&PostParams::default(), &svc)
-            .await
-            .unwrap();
-        let service_ip = svc.spec.unwrap().cluster_ip.unwrap();
+        let service_ip = common::store_service(&client, n).await;
 
         let graphs: Api<GryviaServiceGraph> = Api::namespaced(client.clone(), n);
         let graph = serde_json::from_value(json!({

@@ -926,16 +926,19 @@ mod tests {
         assert!(s2.hours.is_empty());
     }
 
+    /// `node`'s window ending `end` in which ml-a sent 1 GiB out.
+    fn egress_window(node: &str, end: i64) -> CostWindow {
+        window(
+            node,
+            end,
+            vec![tr(pod("ml-a", "z1"), End::External, GIB_BYTES, 0)],
+        )
+    }
+
     #[test]
     fn hours_book_each_namespace_close_after_their_end_and_freeze_their_amount() {
         let gib = GIB_BYTES;
-        let out = |end: i64| {
-            window(
-                "node-a",
-                end,
-                vec![tr(pod("ml-a", "z1"), End::External, gib, 0)],
-            )
-        };
+        let out = |end: i64| egress_window("node-a", end);
         let s = fold(
             &GryviaNetworkCostStatus::default(),
             &spec(true),
@@ -951,11 +954,7 @@ mod tests {
         assert_eq!(s.hours.len(), 2);
         // Past its end and CLOSE_AFTER, the first hour closes; a late window of it goes to the
         // hour it came in; a new price leaves the closed hour's amount as it was.
-        let late = window(
-            "node-b",
-            3599,
-            vec![tr(pod("ml-a", "z1"), End::External, gib, 0)],
-        );
+        let late = egress_window("node-b", 3599);
         let s = fold(&s, &spec(true), &[late], true, at(3600 + CLOSE_AFTER + 5));
         assert!(s.hours[0].closed);
         let mut dearer = spec(true);
@@ -972,13 +971,7 @@ mod tests {
     #[test]
     fn each_hour_and_namespace_is_one_record_closed_with_its_hour() {
         let gib = GIB_BYTES;
-        let out = |end: i64| {
-            window(
-                "node-a",
-                end,
-                vec![tr(pod("ml-a", "z1"), End::External, gib, 0)],
-            )
-        };
+        let out = |end: i64| egress_window("node-a", end);
         let s = fold(
             &GryviaNetworkCostStatus::default(),
             &spec(true),

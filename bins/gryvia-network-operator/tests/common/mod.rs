@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gryvia_testsupport::{ServiceAccountAccess, wait_for};
 use gryvia_types::GryviaFlowAggregate;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -98,4 +98,19 @@ pub async fn pod_ip(
     })
     .await
     .unwrap()
+}
+
+/// A Service `store` in `ns` in front of the pods labelled `app: store` (port 80 to 9000): its
+/// cluster IP.
+pub async fn store_service(client: &kube::Client, ns: &str) -> String {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "store"},
+        "spec": {"selector": {"app": "store"}, "ports": [{"port": 80, "targetPort": 9000}]}
+    }))
+    .unwrap();
+    let svc = Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    svc.spec.unwrap().cluster_ip.unwrap()
 }
