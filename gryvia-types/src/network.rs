@@ -599,9 +599,34 @@ pub struct GryviaTrainingInsightStatus {
     /// Recommendations, one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recommendations: Vec<String>,
-    /// When it was computed.
+    /// The median rank's throughput, bytes per second both ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_bytes_per_second: Option<f64>,
+    /// Bytes between ranks in the last windows, as the collector of each rank's node saw them
+    /// (`from` is the rank whose flows they are; both ways), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matrix: Vec<RankPair>,
+    /// The end of the window the figures are from, per node of the job's ranks.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, Time>,
+    /// `Ready`: whether the job has running ranks whose nodes' collectors report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When it last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
+}
+
+/// Bytes between two ranks of a job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RankPair {
+    /// The rank whose flows they are.
+    pub from: i32,
+    /// The rank at the other end.
+    pub to: i32,
+    /// Bytes both ways.
+    pub bytes: i64,
 }
 
 /// Traffic of one worker.

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod apikey;
 mod billing;
+mod gpu;
 mod health;
 mod jobs;
 mod network;
@@ -73,6 +74,9 @@ enum Command {
     /// Network intelligence: the service graph.
     #[command(subcommand)]
     Network(network::NetworkCommand),
+    /// Distributed training jobs' communication: ranks, stragglers, NCCL.
+    #[command(subcommand)]
+    Gpu(gpu::GpuCommand),
     /// Show one object in detail.
     #[command(subcommand)]
     Get(health::GetCommand),
@@ -299,6 +303,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Maintenance(cmd) => block_on(health::maintenance(cmd)),
         Command::Network(cmd) => block_on(network::run(cmd)),
+        Command::Gpu(cmd) => block_on(gpu::run(cmd)),
         Command::Submit(args) => block_on(jobs::submit(args)),
         Command::Status {
             name,

@@ -34,6 +34,8 @@ const COMMANDS: &[&[&str]] = &[
     &["workspace", "stop", "w"],
     &["workspace", "open", "w"],
     &["network", "graph"],
+    &["gpu", "training"],
+    &["gpu", "nccl", "--job", "x"],
     &["tenant", "create", "t"],
     &["tenant", "list"],
     &["tenant", "get", "t"],

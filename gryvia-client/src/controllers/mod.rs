@@ -23,6 +23,7 @@ pub mod serving;
 pub mod storage_health;
 pub mod template;
 pub mod tenant;
+pub mod training_insight;
 pub mod tuner;
 pub mod usage_record;
 pub mod workflow;

@@ -3,11 +3,12 @@
 //! its node's normal traffic and raises GryviaNetworkAnomalies, which resolve themselves when
 //! the traffic is back within bounds; each GryviaServiceGraph keeps who talks to whom over its
 //! window; each GryviaNetworkCost prices what crosses zones and leaves the cluster, and one of
-//! them writes it as usage records for invoices.
+//! them writes it as usage records for invoices; each GryviaTrainingInsight names the ranks of a
+//! distributed job that move less than the others.
 
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
-use crate::controllers::{network_baseline, network_cost, service_graph};
+use crate::controllers::{network_baseline, network_cost, service_graph, training_insight};
 
 /// Name of the operator (its Lease, its logs).
 pub const NAME: &str = "gryvia-network-operator";
@@ -29,6 +30,7 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
         .with(network_baseline::anomaly_controller)
         .with(service_graph::controller)
         .with(network_cost::controller)
+        .with(training_insight::controller)
 }
 
 /// Runs the network-operator until SIGTERM.

@@ -6241,6 +6241,39 @@ class GryviaTrainingInsightSpec(Object):
     def straggler_threshold_percent(self) -> int:
         """A worker whose throughput is below this share of the median is a straggler, percent."""
 
+class GryviaTrainingInsightStatusConditions(Object):
+    """Condition contains details for one aspect of the current state of this API Resource."""
+    @property
+    def last_transition_time(self) -> str:
+        """lastTransitionTime is the last time the condition transitioned from one status to another. This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable."""
+    @property
+    def message(self) -> str:
+        """message is a human readable message indicating details about the transition. This may be an empty string."""
+    @property
+    def observed_generation(self) -> int:
+        """observedGeneration represents the .metadata.generation that the condition was set based upon. For instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date with respect to the current state of the instance.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'observedGeneration' in obj`` tells).
+        """
+    @property
+    def reason(self) -> str:
+        """reason contains a programmatic identifier indicating the reason for the condition's last transition. Producers of specific condition types may define expected values and meanings for this field, and whether the values are considered a guaranteed API. The value should be a CamelCase string. This field may not be empty."""
+    @property
+    def status(self) -> str:
+        """status of the condition, one of True, False, Unknown."""
+    @property
+    def type(self) -> str:
+        """type of condition in CamelCase or in foo.example.com/CamelCase."""
+
+class GryviaTrainingInsightStatusMatrix(Object):
+    """Bytes between two ranks of a job."""
+    @property
+    def bytes(self) -> int:
+        """Bytes both ways."""
+    @property
+    def to(self) -> int:
+        """The rank at the other end."""
+
 class GryviaTrainingInsightStatusWorkers(Object):
     """Traffic of one worker."""
     @property
@@ -6268,6 +6301,25 @@ class GryviaTrainingInsightStatusWorkers(Object):
 class GryviaTrainingInsightStatus(Object):
     """Insight into a training job."""
     @property
+    def conditions(self) -> List[GryviaTrainingInsightStatusConditions]:
+        """`Ready`: whether the job has running ranks whose nodes' collectors report.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'conditions' in obj`` tells).
+        """
+    @property
+    def matrix(self) -> List[GryviaTrainingInsightStatusMatrix]:
+        """Bytes between ranks in the last windows, as the collector of each rank's node saw them
+        (`from` is the rank whose flows they are; both ways), sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'matrix' in obj`` tells).
+        """
+    @property
+    def median_bytes_per_second(self) -> float:
+        """The median rank's throughput, bytes per second both ways.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'medianBytesPerSecond' in obj`` tells).
+        """
+    @property
     def recommendations(self) -> List[str]:
         """Recommendations, one line each.
 
@@ -6278,9 +6330,15 @@ class GryviaTrainingInsightStatus(Object):
         """Workers below the straggler threshold."""
     @property
     def updated_at(self) -> str:
-        """When it was computed.
+        """When it last changed.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'updatedAt' in obj`` tells).
+        """
+    @property
+    def windows(self) -> ObjectMap[str]:
+        """The end of the window the figures are from, per node of the job's ranks.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'windows' in obj`` tells).
         """
     @property
     def workers(self) -> List[GryviaTrainingInsightStatusWorkers]:

@@ -17,6 +17,10 @@
 //! [`NetworkCostReconciler`]: a GryviaNetworkCost folds each new window of every node's
 //! GryviaFlowAggregate in once ([`super::cost`]) and, with `spec.usageRecords` (the first such
 //! object by name), writes each namespace's hourly GryviaUsageRecords.
+//!
+//! [`TrainingInsightReconciler`]: a GryviaTrainingInsight shows its job's running ranks'
+//! traffic from the last window of each rank's node ([`super::straggler`]), names the
+//! stragglers (a Warning Event when a rank becomes one) and the rank-to-rank bytes.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +32,9 @@ use gryvia_types::{
 };
 
 use gryvia_types::conditions::{self, Status};
-use gryvia_types::{GryviaNetworkCost, GryviaNetworkCostStatus};
+use gryvia_types::{
+    GryviaNetworkCost, GryviaNetworkCostStatus, GryviaTrainingInsight, GryviaTrainingInsightStatus,
+};
 
 use super::anomaly::{Change, changes, is_open, wire};
 use super::baseline::{Metric, sample, step};
@@ -36,6 +42,7 @@ use super::cost::{self, CostDirectory, CostWindow};
 use super::flows::{Directory, resolve};
 use super::graph::{NodeWindow, WorkloadFlow, bucket_seconds, fold};
 use super::newer;
+use super::straggler::{self, Rank};
 use crate::{Child, EventType, Plan, Reconcile, Timestamp};
 
 /// Reason of the Warning Event on a baseline that raised an anomaly.
@@ -413,6 +420,101 @@ impl Reconcile for NetworkCostReconciler {
             }
         }
         plan.set_status_if_changed(c.status.as_ref(), status);
+        plan
+    }
+}
+
+/// What a training insight's reconcile reads: its job's running ranks and the last window of
+/// each of their nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InsightWorld {
+    /// The job's running ranks.
+    pub ranks: Vec<Rank>,
+    /// The GryviaFlowAggregate status of each rank's node that has one, by node.
+    pub aggregates: BTreeMap<String, GryviaFlowAggregateStatus>,
+}
+
+/// Reason of the Warning Event on an insight when a rank becomes a straggler.
+pub const STRAGGLER: &str = "Straggler";
+
+/// Keeps a training insight of its job's ranks' last windows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrainingInsightReconciler;
+
+impl Reconcile for TrainingInsightReconciler {
+    type Object = GryviaTrainingInsight;
+    type World = InsightWorld;
+    type Status = GryviaTrainingInsightStatus;
+
+    fn name(&self) -> &'static str {
+        "training-insight"
+    }
+
+    fn reconcile(
+        &self,
+        i: &GryviaTrainingInsight,
+        world: &InsightWorld,
+        now: Timestamp,
+    ) -> Plan<GryviaTrainingInsightStatus> {
+        let current = i.status.clone().unwrap_or_default();
+        let mut status = straggler::insight(
+            &world.ranks,
+            &world.aggregates,
+            i.spec.straggler_threshold_percent,
+        );
+        let job = &i.spec.job_name;
+        let (st, reason, message) = if world.ranks.is_empty() {
+            (
+                Status::False,
+                "NoRanks",
+                format!("no running pod of GryviaAIJob {job} in this namespace"),
+            )
+        } else if status.workers.is_empty() {
+            (
+                Status::False,
+                "NoWindows",
+                format!("no collector window for the nodes of {job}'s ranks yet"),
+            )
+        } else {
+            (
+                Status::True,
+                "Measured",
+                format!(
+                    "{} of {} ranks measured",
+                    status.workers.len(),
+                    world.ranks.len()
+                ),
+            )
+        };
+        status.conditions.clone_from(&current.conditions);
+        let ready = conditions::new("Ready", st, reason, message, i.metadata.generation, now);
+        conditions::set(&mut status.conditions, ready);
+        let mut plan = Plan::new();
+        let before: std::collections::BTreeSet<i32> = current
+            .workers
+            .iter()
+            .filter(|w| w.straggler)
+            .map(|w| w.rank)
+            .collect();
+        for w in status
+            .workers
+            .iter()
+            .filter(|w| w.straggler && !before.contains(&w.rank))
+        {
+            let prefix = format!("rank {} (", w.rank);
+            let line = status
+                .recommendations
+                .iter()
+                .find(|r| r.starts_with(&prefix))
+                .cloned()
+                .unwrap_or_else(|| format!("rank {} on node {} is a straggler", w.rank, w.node));
+            plan.event(EventType::Warning, STRAGGLER, line);
+        }
+        status.updated_at.clone_from(&current.updated_at);
+        if status != current {
+            status.updated_at = Some(Time(now));
+        }
+        plan.set_status_if_changed(i.status.as_ref(), status);
         plan
     }
 }
@@ -832,5 +934,70 @@ mod tests {
         // Its cost is still folded.
         assert_eq!(st.entries[0].egress_bytes, 1 << 30);
         assert!(st.hours.is_empty());
+    }
+
+    #[test]
+    fn a_rank_that_becomes_a_straggler_gets_one_event_and_no_ranks_is_a_condition() {
+        use super::super::straggler::Rank;
+        let flow = |pod: &str, bytes: i64| FlowRecord {
+            src_ip: "10.0.0.9".into(),
+            src_port: 40000,
+            dst_ip: "10.9.9.9".into(),
+            dst_port: 29500,
+            protocol: Protocol::TCP,
+            tx_bytes: bytes,
+            rx_bytes: 0,
+            retransmits: 0,
+            pod: Some(pod.into()),
+        };
+        let window = |pod: &str, bytes| GryviaFlowAggregateStatus {
+            window_start: Some(t(0)),
+            window_end: Some(t(10)),
+            flows: vec![flow(pod, bytes)],
+            flow_count: 1,
+        };
+        let rank = |i: i32, node: &str| Rank {
+            rank: i,
+            pod: format!("ml/t-{i}"),
+            node: node.into(),
+            ip: None,
+        };
+        let world = InsightWorld {
+            ranks: vec![rank(0, "a"), rank(1, "b"), rank(2, "c")],
+            aggregates: BTreeMap::from([
+                ("a".into(), window("ml/t-0", 1000)),
+                ("b".into(), window("ml/t-1", 100)),
+                ("c".into(), window("ml/t-2", 1000)),
+            ]),
+        };
+        let mut insight = GryviaTrainingInsight::new(
+            "t",
+            gryvia_types::GryviaTrainingInsightSpec {
+                job_name: "t".into(),
+                straggler_threshold_percent: 70,
+            },
+        );
+        let plan = TrainingInsightReconciler.reconcile(&insight, &world, t(11).0);
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].reason, STRAGGLER);
+        assert!(
+            plan.events[0].message.contains("node b"),
+            "{:?}",
+            plan.events
+        );
+        insight.status = plan.status.clone();
+        assert!(conditions::is_true(
+            &insight.status.as_ref().unwrap().conditions,
+            "Ready"
+        ));
+        // The same window again: nothing changes, no second Event.
+        let again = TrainingInsightReconciler.reconcile(&insight, &world, t(12).0);
+        assert!(again.events.is_empty() && again.status.is_none());
+        // No running rank: a condition, not a crash.
+        let none = TrainingInsightReconciler.reconcile(&insight, &InsightWorld::default(), t(13).0);
+        let st = none.status.unwrap();
+        let c = conditions::find(&st.conditions, "Ready").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "NoRanks"));
+        assert!(st.workers.is_empty());
     }
 }

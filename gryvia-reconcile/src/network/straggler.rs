@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use gryvia_types::{FlowRecord, WorkerTraffic};
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use gryvia_types::{
+    FlowRecord, GryviaFlowAggregateStatus, GryviaTrainingInsightStatus, RankPair, WorkerTraffic,
+};
 
 /// What one rank's pod sent and received in a window.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,7 +26,7 @@ pub struct RankTraffic {
     pub retransmits: i64,
 }
 
-/// A rank of a job: its pod (`namespace/name`) and node.
+/// A rank of a job: its pod (`namespace/name`), node and address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rank {
     /// The rank.
@@ -32,6 +35,8 @@ pub struct Rank {
     pub pod: String,
     /// Its node.
     pub node: String,
+    /// Its pod's address (none for a host-network pod).
+    pub ip: Option<String>,
 }
 
 /// Each rank's traffic from the flows of a window (those whose local pod is the rank's pod, as
@@ -124,6 +129,90 @@ pub fn stragglers(
     (workers, advice)
 }
 
+/// The insight of a job's `ranks` from the last window of each rank's node (`windows`, the
+/// nodes' GryviaFlowAggregate statuses): each measured rank's traffic per second over its
+/// window (the collectors share an interval: the median window length is the job's), the
+/// stragglers below `threshold_percent` of the median rank, the rank-to-rank matrix (a flow of
+/// rank i's pod whose peer is rank j's address), and a line for each rank whose node has no
+/// window (its traffic is not known, so it is neither measured nor a straggler).
+pub fn insight(
+    ranks: &[Rank],
+    windows: &BTreeMap<String, GryviaFlowAggregateStatus>,
+    threshold_percent: i32,
+) -> GryviaTrainingInsightStatus {
+    let window_of = |node: &str| {
+        windows
+            .get(node)
+            .filter(|w| w.window_start.is_some() && w.window_end.is_some())
+    };
+    let (measured, missing): (Vec<&Rank>, Vec<&Rank>) =
+        ranks.iter().partition(|r| window_of(&r.node).is_some());
+    let mut nodes: Vec<&str> = measured.iter().map(|r| r.node.as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut lengths: Vec<f64> = Vec::new();
+    let mut flows: Vec<&FlowRecord> = Vec::new();
+    let mut ends = BTreeMap::new();
+    for node in &nodes {
+        let Some(w) = window_of(node) else { continue };
+        let (Some(start), Some(end)) = (&w.window_start, &w.window_end) else {
+            continue;
+        };
+        lengths.push((end.0.as_millisecond() - start.0.as_millisecond()) as f64 / 1000.0);
+        flows.extend(w.flows.iter());
+        ends.insert((*node).to_owned(), Time(end.0));
+    }
+    let owned: Vec<Rank> = measured.iter().map(|r| (*r).clone()).collect();
+    let all: Vec<FlowRecord> = flows.iter().map(|f| (*f).clone()).collect();
+    let traffic = rank_traffic(&owned, &all);
+    let (workers, mut recommendations) =
+        stragglers(&traffic, median(&mut lengths), threshold_percent);
+    for r in &missing {
+        recommendations.push(format!(
+            "rank {} ({}) on node {}: no collector window for the node, so its traffic is not known",
+            r.rank, r.pod, r.node
+        ));
+    }
+    let mut throughputs: Vec<f64> = workers
+        .iter()
+        .map(|w| w.tx_bytes_per_second + w.rx_bytes_per_second)
+        .collect();
+    GryviaTrainingInsightStatus {
+        straggler_count: i32::try_from(workers.iter().filter(|w| w.straggler).count())
+            .unwrap_or(i32::MAX),
+        median_bytes_per_second: (!throughputs.is_empty()).then(|| median(&mut throughputs)),
+        matrix: matrix(&owned, &all),
+        workers,
+        recommendations,
+        windows: ends,
+        ..GryviaTrainingInsightStatus::default()
+    }
+}
+
+/// Bytes between ranks: a flow of rank i's pod whose peer is rank j's address counts for
+/// (i, j), both ways; sorted.
+pub fn matrix(ranks: &[Rank], flows: &[FlowRecord]) -> Vec<RankPair> {
+    let by_pod: BTreeMap<&str, i32> = ranks.iter().map(|r| (r.pod.as_str(), r.rank)).collect();
+    let by_ip: BTreeMap<&str, i32> = ranks
+        .iter()
+        .filter_map(|r| Some((r.ip.as_deref()?, r.rank)))
+        .collect();
+    let mut out: BTreeMap<(i32, i32), i64> = BTreeMap::new();
+    for f in flows {
+        let (Some(from), Some(to)) = (
+            f.pod.as_deref().and_then(|p| by_pod.get(p)),
+            by_ip.get(f.dst_ip.as_str()),
+        ) else {
+            continue;
+        };
+        let e = out.entry((*from, *to)).or_default();
+        *e = e.saturating_add(f.tx_bytes.max(0).saturating_add(f.rx_bytes.max(0)));
+    }
+    out.into_iter()
+        .map(|((from, to), bytes)| RankPair { from, to, bytes })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,11 +294,13 @@ mod tests {
                 rank: 0,
                 pod: "ml/t-0".into(),
                 node: "a".into(),
+                ip: None,
             },
             Rank {
                 rank: 1,
                 pod: "ml/t-1".into(),
                 node: "b".into(),
+                ip: None,
             },
         ];
         let flows = [
@@ -231,5 +322,89 @@ mod tests {
         assert_eq!(median(&mut []), 0.0);
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn an_insight_names_the_slow_rank_counts_rank_to_rank_bytes_and_says_which_rank_is_unknown() {
+        use gryvia_types::Protocol;
+        let t = |s: i64| Time(crate::Timestamp::from_second(1_800_000_000 + s).unwrap());
+        let flow = |pod: &str, dst: &str, tx, rx| FlowRecord {
+            src_ip: "10.0.0.9".into(),
+            src_port: 40000,
+            dst_ip: dst.into(),
+            dst_port: 29500,
+            protocol: Protocol::TCP,
+            tx_bytes: tx,
+            rx_bytes: rx,
+            retransmits: 3,
+            pod: Some(pod.into()),
+        };
+        let rank = |i: i32, node: &str| Rank {
+            rank: i,
+            pod: format!("ml/t-{i}"),
+            node: node.into(),
+            ip: Some(format!("10.0.0.{}", i + 1)),
+        };
+        let window = |flows| GryviaFlowAggregateStatus {
+            window_start: Some(t(0)),
+            window_end: Some(t(10)),
+            flows,
+            flow_count: 1,
+        };
+        let windows = BTreeMap::from([
+            (
+                "a".to_owned(),
+                window(vec![flow("ml/t-0", "10.0.0.2", 6000, 4000)]),
+            ),
+            (
+                "b".to_owned(),
+                window(vec![
+                    flow("ml/t-1", "10.0.0.1", 1000, 1000),
+                    flow("ml/t-1", "10.0.0.3", 0, 0),
+                ]),
+            ),
+            (
+                "c".to_owned(),
+                window(vec![flow("ml/t-2", "10.0.0.2", 5000, 5000)]),
+            ),
+        ]);
+        let ranks = [rank(0, "a"), rank(1, "b"), rank(2, "c"), rank(3, "d")];
+        let st = insight(&ranks, &windows, 70);
+        assert_eq!(st.workers.len(), 3);
+        assert_eq!(st.straggler_count, 1);
+        assert!(st.workers[1].straggler);
+        assert_eq!(st.workers[1].node, "b");
+        assert_eq!(st.workers[0].tx_bytes_per_second, 600.0);
+        assert_eq!(st.median_bytes_per_second, Some(1000.0));
+        assert_eq!(
+            st.matrix,
+            [
+                RankPair {
+                    from: 0,
+                    to: 1,
+                    bytes: 10_000
+                },
+                RankPair {
+                    from: 1,
+                    to: 0,
+                    bytes: 2000
+                },
+                RankPair {
+                    from: 1,
+                    to: 2,
+                    bytes: 0
+                },
+                RankPair {
+                    from: 2,
+                    to: 1,
+                    bytes: 10_000
+                },
+            ]
+        );
+        assert!(st.recommendations[0].starts_with("rank 1 (ml/t-1) on node b moves 20%"));
+        assert!(
+            st.recommendations[1].starts_with("rank 3 (ml/t-3) on node d: no collector window")
+        );
+        assert_eq!(st.windows.len(), 3);
     }
 }

@@ -7285,6 +7285,24 @@ func (in *GryviaTrainingInsightSpec) DeepCopy() *GryviaTrainingInsightSpec {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaTrainingInsightStatus) DeepCopyInto(out *GryviaTrainingInsightStatus) {
 	*out = *in
+	if in.Conditions != nil {
+		in, out := &in.Conditions, &out.Conditions
+		*out = make([]metav1.Condition, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Matrix != nil {
+		in, out := &in.Matrix, &out.Matrix
+		*out = make([]GryviaTrainingInsightStatusMatrix, len(*in))
+		copy(*out, *in)
+	}
+	if in.MedianBytesPerSecond != nil {
+		in, out := &in.MedianBytesPerSecond, &out.MedianBytesPerSecond
+		*out = new(float64)
+		**out = **in
+	}
 	if in.Recommendations != nil {
 		in, out := &in.Recommendations, &out.Recommendations
 		*out = make([]string, len(*in))
@@ -7300,6 +7318,15 @@ func (in *GryviaTrainingInsightStatus) DeepCopyInto(out *GryviaTrainingInsightSt
 		*out = new(metav1.Time)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Windows != nil {
+		in, out := &in.Windows, &out.Windows
+		*out = make(map[string]metav1.Time, len(*in))
+		for key, val := range *in {
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
+		}
+	}
 	if in.Workers != nil {
 		in, out := &in.Workers, &out.Workers
 		*out = make([]GryviaTrainingInsightStatusWorker, len(*in))
@@ -7313,6 +7340,21 @@ func (in *GryviaTrainingInsightStatus) DeepCopy() *GryviaTrainingInsightStatus {
 		return nil
 	}
 	out := new(GryviaTrainingInsightStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaTrainingInsightStatusMatrix) DeepCopyInto(out *GryviaTrainingInsightStatusMatrix) {
+	*out = *in
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaTrainingInsightStatusMatrix) DeepCopy() *GryviaTrainingInsightStatusMatrix {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaTrainingInsightStatusMatrix)
 	in.DeepCopyInto(out)
 	return out
 }

@@ -6377,6 +6377,22 @@ type GryviaTrainingInsightSpec struct {
 //
 // Insight into a training job.
 type GryviaTrainingInsightStatus struct {
+	// `Ready`: whether the job has running ranks whose nodes' collectors report.
+	//
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Bytes between ranks in the last windows, as the collector of each rank's node saw them
+	// (`from` is the rank whose flows they are; both ways), sorted.
+	//
+	// +optional
+	Matrix []GryviaTrainingInsightStatusMatrix `json:"matrix,omitempty"`
+
+	// The median rank's throughput, bytes per second both ways.
+	//
+	// +optional
+	MedianBytesPerSecond *float64 `json:"medianBytesPerSecond,omitempty"`
+
 	// Recommendations, one line each.
 	//
 	// +optional
@@ -6389,15 +6405,34 @@ type GryviaTrainingInsightStatus struct {
 	// +optional
 	StragglerCount *int32 `json:"stragglerCount,omitempty"`
 
-	// When it was computed.
+	// When it last changed.
 	//
 	// +optional
 	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+
+	// The end of the window the figures are from, per node of the job's ranks.
+	//
+	// +optional
+	Windows map[string]metav1.Time `json:"windows,omitempty"`
 
 	// Per-worker traffic, by rank.
 	//
 	// +optional
 	Workers []GryviaTrainingInsightStatusWorker `json:"workers,omitempty"`
+}
+
+// GryviaTrainingInsightStatusMatrix is the schema of GryviaTrainingInsight .status.matrix[].
+//
+// Bytes between two ranks of a job.
+type GryviaTrainingInsightStatusMatrix struct {
+	// Bytes both ways.
+	Bytes int64 `json:"bytes"`
+
+	// The rank whose flows they are.
+	From int32 `json:"from"`
+
+	// The rank at the other end.
+	To int32 `json:"to"`
 }
 
 // GryviaTrainingInsightStatusWorker is the schema of GryviaTrainingInsight .status.workers[].
