@@ -363,6 +363,7 @@ pub fn fabric_signal_status(
         median_srtt_micros: (!rtts.is_empty()).then(|| count(rtts[rtts.len() / 2])),
         window_seconds,
         updated_at: Some(updated),
+        ..GryviaFabricSignalStatus::default()
     }
 }
 

@@ -693,6 +693,12 @@ pub struct GryviaFabricSignalStatus {
     /// Window the counters cover, seconds.
     #[serde(default)]
     pub window_seconds: i32,
+    /// The GryviaCollectorConfig the collector follows (none: its command-line settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<AppliedCollectorConfig>,
+    /// The programs the collector runs, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<CollectorProgram>,
     /// When the collector wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
@@ -941,14 +947,43 @@ pub enum CollectorProgram {
     InterfaceCounters,
 }
 
-/// Reporting state of the collectors.
+impl CollectorProgram {
+    /// The name as the CRD and the collector's `--programs` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CollectorProgram::CgroupTraffic => "cgroup-traffic",
+            CollectorProgram::TcpFlows => "tcp-flows",
+            CollectorProgram::TcpRetransmits => "tcp-retransmits",
+            CollectorProgram::InterfaceCounters => "interface-counters",
+        }
+    }
+}
+
+/// Reporting state of the collectors (written by the network-operator).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaCollectorConfigStatus {
-    /// Nodes whose collector reported in the last three intervals.
+    /// Nodes whose collector runs this config's current generation and reported in the last
+    /// three intervals.
     #[serde(default)]
     pub nodes_reporting: i32,
-    /// Conditions.
+    /// Nodes whose collector could not apply this config, with why (`node: reason`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
+    /// `Ready`: whether every collector that follows the config runs its current generation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The GryviaCollectorConfig a collector follows, as it reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedCollectorConfig {
+    /// The config's name.
+    pub name: String,
+    /// Its `metadata.generation` the collector read.
+    pub generation: i64,
+    /// Why the collector could not apply it (it runs its command-line settings then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

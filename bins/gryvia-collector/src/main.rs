@@ -10,7 +10,7 @@
 //! A thin binary: flags and wiring. The kernel side and the window arithmetic are
 //! `gryvia_ebpf`; this file lists pods and writes objects.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,9 +21,13 @@ use gryvia_client::metrics::{Health, Metrics};
 use gryvia_client::operators::{exit_code, init_logging, shutdown_signal};
 use gryvia_ebpf::report::{self, CgroupIndex, PodRef, PodResolver};
 use gryvia_ebpf::{Collector, Options, Programs, Snapshot};
+use gryvia_reconcile::network::collector::{Settings, settings as collector_settings};
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use gryvia_types::{GryviaFabricSignal, GryviaFabricSignalStatus, GryviaFlowAggregate, labels};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use gryvia_types::{
+    AppliedCollectorConfig, CollectorProgram, GryviaCollectorConfig, GryviaFabricSignal,
+    GryviaFabricSignalStatus, GryviaFlowAggregate, labels,
+};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -82,28 +86,37 @@ fn main() -> std::process::ExitCode {
     exit_code(run(flags))
 }
 
-fn programs(names: &[String]) -> anyhow::Result<Programs> {
+/// The programs `--programs` names (all of them when it names none).
+fn programs(names: &[String]) -> anyhow::Result<BTreeSet<CollectorProgram>> {
+    let all = [
+        CollectorProgram::CgroupTraffic,
+        CollectorProgram::TcpFlows,
+        CollectorProgram::TcpRetransmits,
+        CollectorProgram::InterfaceCounters,
+    ];
     if names.is_empty() {
-        return Ok(Programs::default());
+        return Ok(all.into());
     }
-    let mut p = Programs {
-        cgroup_traffic: false,
-        tcp_flows: false,
-        tcp_retransmits: false,
-        interface_counters: false,
-    };
-    for n in names {
-        match n.as_str() {
-            "cgroup-traffic" => p.cgroup_traffic = true,
-            "tcp-flows" => p.tcp_flows = true,
-            "tcp-retransmits" => p.tcp_retransmits = true,
-            "interface-counters" => p.interface_counters = true,
-            other => anyhow::bail!(
-                "--programs: {other:?} is not one of cgroup-traffic, tcp-flows, tcp-retransmits, interface-counters"
-            ),
-        }
+    names
+        .iter()
+        .map(|n| {
+            all.into_iter().find(|p| p.as_str() == n).with_context(|| {
+                format!(
+                    "--programs: {n:?} is not one of cgroup-traffic, tcp-flows, tcp-retransmits, interface-counters"
+                )
+            })
+        })
+        .collect()
+}
+
+/// The eBPF collector's switches for `programs`.
+fn switches(programs: &BTreeSet<CollectorProgram>) -> Programs {
+    Programs {
+        cgroup_traffic: programs.contains(&CollectorProgram::CgroupTraffic),
+        tcp_flows: programs.contains(&CollectorProgram::TcpFlows),
+        tcp_retransmits: programs.contains(&CollectorProgram::TcpRetransmits),
+        interface_counters: programs.contains(&CollectorProgram::InterfaceCounters),
     }
-    Ok(p)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -223,10 +236,49 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     if flags.interval == 0 || flags.interval > 3600 {
         anyhow::bail!("--interval must be 1-3600 seconds, got {}", flags.interval);
     }
-    let options = Options {
+    // Before anything else: a collector that cannot load programs says so in one line.
+    let uid = gryvia_ebpf::host::effective_uid();
+    if uid != 0 {
+        return Err(gryvia_ebpf::Error::NotRoot(uid).into());
+    }
+    let defaults = Settings {
         programs: programs(&flags.programs)?,
-        cgroup: flags.cgroup.clone(),
+        interval_seconds: flags.interval,
         interfaces: flags.interfaces.clone(),
+        source: None,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
+    runtime.block_on(async move {
+        tokio::select! {
+            r = collect(&flags, defaults) => r,
+            () = shutdown_signal() => Ok(()),
+        }
+    })
+}
+
+/// The eBPF programs as they run, and the settings they were started with.
+struct Running {
+    collector: Collector,
+    settings: Settings,
+    ifaces: BTreeMap<u32, String>,
+}
+
+/// Starts the programs `settings` name.
+fn start(settings: &Settings, flags: &Flags) -> anyhow::Result<Running> {
+    let mut ifaces = BTreeMap::new();
+    for name in &settings.interfaces {
+        let path = format!("/sys/class/net/{name}/ifindex");
+        let index: u32 = std::fs::read_to_string(&path)
+            .with_context(|| format!("interface {name}: read {path}"))?
+            .trim()
+            .parse()
+            .with_context(|| format!("interface {name}: {path} is not a number"))?;
+        ifaces.insert(index, name.clone());
+    }
+    let options = Options {
+        programs: switches(&settings.programs),
+        cgroup: flags.cgroup.clone(),
+        interfaces: settings.interfaces.clone(),
         xdp_generic: flags.xdp_generic,
         object: flags.object.clone(),
     };
@@ -234,31 +286,128 @@ fn run(flags: Flags) -> anyhow::Result<()> {
     if let Err(e) = collector.enable_stats() {
         warn!(error = %e, "per-program run time is not available");
     }
-    let mut ifaces = BTreeMap::new();
-    for name in &flags.interfaces {
-        let path = format!("/sys/class/net/{name}/ifindex");
-        let index: u32 = std::fs::read_to_string(&path)
-            .with_context(|| format!("--interfaces: read {path}"))?
-            .trim()
-            .parse()
-            .with_context(|| format!("--interfaces: {path} is not a number"))?;
-        ifaces.insert(index, name.clone());
-    }
-    info!(node = %flags.node, cgroup = %collector.cgroup().display(), interfaces = ?flags.interfaces, "eBPF programs attached");
-    let runtime = tokio::runtime::Runtime::new().context("start the async runtime")?;
-    runtime.block_on(async move {
-        tokio::select! {
-            r = collect(&flags, &collector, &ifaces) => r,
-            () = shutdown_signal() => Ok(()),
-        }
+    let from = settings.source.as_ref().map_or_else(
+        || "the command line".to_owned(),
+        |(n, g)| format!("GryviaCollectorConfig {n} (generation {g})"),
+    );
+    let names: Vec<&str> = settings.programs.iter().map(|p| p.as_str()).collect();
+    info!(node = %flags.node, cgroup = %collector.cgroup().display(), interfaces = ?settings.interfaces,
+          programs = ?names, interval = settings.interval_seconds, %from, "eBPF programs attached");
+    Ok(Running {
+        collector,
+        settings: settings.clone(),
+        ifaces,
     })
 }
 
-async fn collect(
+/// What the collector follows: its node's labels and every GryviaCollectorConfig, watched; each
+/// change sends the settings of the config the node follows (or `defaults`) on `tx`.
+async fn follow_configs(
+    client: kube::Client,
+    node: String,
+    defaults: Settings,
+    tx: tokio::sync::watch::Sender<Option<Settings>>,
+) {
+    use futures::{FutureExt, StreamExt};
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (configs, config_writer) = reflector::store::<GryviaCollectorConfig>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    fn relevant<K>(e: &Result<watcher::Event<K>, watcher::Error>) -> bool {
+        match e {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                true
+            }
+            Ok(_) => false,
+            Err(err) => {
+                warn!(error = %err, "watch collector configs or this node");
+                false
+            }
+        }
+    }
+    let config_events = reflector(
+        config_writer,
+        watcher(
+            Api::<GryviaCollectorConfig>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .map(|e| relevant(&e));
+    let node_events = reflector(
+        node_writer,
+        watcher(
+            Api::<Node>::all(client),
+            watcher::Config::default().fields(&format!("metadata.name={node}")),
+        ),
+    )
+    .default_backoff()
+    .map(|e| relevant(&e));
+    let mut events = std::pin::pin!(futures::stream::select(config_events, node_events));
+    let (mut configs_ready, mut node_ready) = (false, false);
+    while let Some(changed) = events.next().await {
+        if !changed {
+            continue;
+        }
+        configs_ready = configs_ready || configs.wait_until_ready().now_or_never().is_some();
+        node_ready = node_ready || nodes.wait_until_ready().now_or_never().is_some();
+        if !(configs_ready && node_ready) {
+            continue;
+        }
+        let labels = nodes
+            .state()
+            .first()
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        let all: Vec<GryviaCollectorConfig> =
+            configs.state().iter().map(|c| (**c).clone()).collect();
+        let next = collector_settings(&all, &labels, &defaults);
+        tx.send_if_modified(|cur| {
+            let new = cur.as_ref() != Some(&next);
+            if new {
+                *cur = Some(next);
+            }
+            new
+        });
+    }
+}
+
+/// Switches `running` to `desired`: the same programs under another name are only renamed;
+/// otherwise the programs are detached and started again with the new settings, and when
+/// those cannot start, with `defaults` (the error is returned beside them). Says whether the
+/// programs were started again (their counters from zero).
+fn switch(
+    running: Running,
+    desired: &Settings,
+    defaults: &Settings,
     flags: &Flags,
-    collector: &Collector,
-    ifaces: &BTreeMap<u32, String>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(Running, Option<String>, bool)> {
+    let same = |a: &Settings, b: &Settings| {
+        a.programs == b.programs
+            && a.interval_seconds == b.interval_seconds
+            && a.interfaces == b.interfaces
+    };
+    if same(&running.settings, desired) {
+        let mut running = running;
+        running.settings.source.clone_from(&desired.source);
+        return Ok((running, None, false));
+    }
+    // Detached before the new ones attach: an interface takes one XDP program.
+    drop(running);
+    let (r, failed) = begin(desired.clone(), defaults, flags)?;
+    Ok((r, failed.map(|(_, why)| why), true))
+}
+
+async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
+    let (client, mut rx) = connect(flags, &defaults).await?;
+    let first = rx
+        .borrow_and_update()
+        .clone()
+        .unwrap_or_else(|| defaults.clone());
+    let (mut running, mut failed) = begin(first, &defaults, flags)?;
+    // The node's objects exist once the programs are attached.
+    if let Some(c) = &client {
+        ensure_objects(c, &flags.node).await?;
+    }
     let metrics = Metrics::new();
     let net = NetMetrics::register(&metrics);
     let health = Health::default();
@@ -267,27 +416,37 @@ async fn collect(
         metrics.clone(),
         health.clone(),
     ));
-    let client = if flags.no_kubernetes {
-        None
-    } else {
-        let c = gryvia_client::connect().await?;
-        ensure_objects(&c, &flags.node).await?;
-        Some(c)
-    };
-    let cgroup_root = collector.cgroup().to_path_buf();
     let mut resolver = PodResolver {
-        cgroups: CgroupIndex::scan(&cgroup_root),
+        cgroups: CgroupIndex::scan(running.collector.cgroup()),
         pods: BTreeMap::new(),
     };
     let mut before = Snapshot::default();
     let mut links_before = BTreeMap::new();
-    let mut start = now();
-    let mut ticker = tokio::time::interval(Duration::from_secs(flags.interval));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
+    let mut start_at = now();
+    let mut ticker = ticker_of(running.settings.interval_seconds).await;
     let mut windows = 0u64;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            Ok(()) = rx.changed() => {
+                let Some(desired) = rx.borrow_and_update().clone() else { continue };
+                let tried = failed.as_ref().is_some_and(|(d, _): &(Settings, String)| *d == desired);
+                if tried || desired == running.settings {
+                    continue;
+                }
+                let (r, error, reloaded) = switch(running, &desired, &defaults, flags)?;
+                running = r;
+                failed = error.map(|e| (desired, e));
+                if reloaded {
+                    // Counters start again with the programs: the next window is from now.
+                    before = Snapshot::default();
+                    start_at = now();
+                    ticker = ticker_of(running.settings.interval_seconds).await;
+                }
+                continue;
+            }
+        }
+        let collector = &running.collector;
         let snapshot = collector.snapshot()?;
         let window = report::delta(&before, &snapshot);
         let end = now();
@@ -296,7 +455,7 @@ async fn collect(
             .keys()
             .any(|id| !resolver.cgroups.contains(*id))
         {
-            resolver.cgroups = CgroupIndex::scan(&cgroup_root);
+            resolver.cgroups = CgroupIndex::scan(collector.cgroup());
         }
         if let Some(c) = &client {
             match node_pods(c, &flags.node).await {
@@ -304,9 +463,12 @@ async fn collect(
                 Err(e) => warn!(error = %format!("{e:#}"), "list this node's pods"),
             }
         }
-        let secs = i32::try_from(flags.interval).unwrap_or(i32::MAX);
-        let mut fabric = report::fabric_signal_status(&window, ifaces, secs, end.clone());
-        let links: BTreeMap<String, report::Link> = ifaces
+        let secs = i32::try_from(running.settings.interval_seconds).unwrap_or(i32::MAX);
+        let mut fabric = report::fabric_signal_status(&window, &running.ifaces, secs, end.clone());
+        fabric.programs = running.settings.programs.iter().copied().collect();
+        fabric.config = applied(&running, failed.as_ref());
+        let links: BTreeMap<String, report::Link> = running
+            .ifaces
             .values()
             .map(|n| (n.clone(), report::read_link(Path::new("/sys/class/net"), n)))
             .collect();
@@ -317,7 +479,7 @@ async fn collect(
             .set(i64::try_from(snapshot.flows.len()).unwrap_or(i64::MAX));
         if let Some(c) = &client {
             let flows =
-                report::flow_aggregate_status(&window, &resolver, start.clone(), end.clone());
+                report::flow_aggregate_status(&window, &resolver, start_at.clone(), end.clone());
             if let Err(e) = write_status(c, &flags.node, &json!(fabric), &json!(flows)).await {
                 net.write_errors.inc();
                 warn!(error = %format!("{e:#}"), "write the node's network objects");
@@ -325,12 +487,85 @@ async fn collect(
         }
         health.set_ready(true);
         before = snapshot;
-        start = end;
+        start_at = end;
         windows += 1;
         if flags.iterations.is_some_and(|n| windows >= n) {
             return Ok(());
         }
     }
+}
+
+/// The API client (none with `--no-kubernetes`), and the settings the node follows, watched; waits up to [`CONFIG_WAIT`] for the first, so the
+/// collector starts with its config rather than switching to it a window later.
+async fn connect(
+    flags: &Flags,
+    defaults: &Settings,
+) -> anyhow::Result<(
+    Option<kube::Client>,
+    tokio::sync::watch::Receiver<Option<Settings>>,
+)> {
+    let (tx, mut rx) = tokio::sync::watch::channel(None);
+    if flags.no_kubernetes {
+        return Ok((None, rx));
+    }
+    let c = gryvia_client::connect().await?;
+    tokio::spawn(follow_configs(
+        c.clone(),
+        flags.node.clone(),
+        defaults.clone(),
+        tx,
+    ));
+    let _ = tokio::time::timeout(CONFIG_WAIT, rx.wait_for(Option::is_some)).await;
+    Ok((Some(c), rx))
+}
+
+/// The first programs: those of `first`, else (a config that cannot be applied) `defaults`'s
+/// with the reason beside them.
+fn begin(
+    first: Settings,
+    defaults: &Settings,
+    flags: &Flags,
+) -> anyhow::Result<(Running, Option<(Settings, String)>)> {
+    match start(&first, flags) {
+        Ok(r) => Ok((r, None)),
+        Err(e) if first.source.is_some() => {
+            let why = format!("{e:#}");
+            warn!(error = %why, "the collector config cannot be applied; the command line's settings run");
+            Ok((start(defaults, flags)?, Some((first, why))))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The config the collector reports following: the one it could not apply (with why), else
+/// the one it runs; none when it runs its command line.
+fn applied(
+    running: &Running,
+    failed: Option<&(Settings, String)>,
+) -> Option<AppliedCollectorConfig> {
+    let (settings, error) = match failed {
+        Some((desired, why)) => (desired, Some(why.clone())),
+        None => (&running.settings, None),
+    };
+    settings
+        .source
+        .as_ref()
+        .map(|(name, generation)| AppliedCollectorConfig {
+            name: name.clone(),
+            generation: *generation,
+            error,
+        })
+}
+
+/// How long a starting collector waits for the config its node follows.
+const CONFIG_WAIT: Duration = Duration::from_secs(10);
+
+/// A ticker of `seconds` whose first tick has passed (the first window is a whole one).
+async fn ticker_of(seconds: u64) -> tokio::time::Interval {
+    let mut t = tokio::time::interval(Duration::from_secs(seconds));
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    t.tick().await;
+    t
 }
 
 fn now() -> Time {

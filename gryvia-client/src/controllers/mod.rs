@@ -5,6 +5,7 @@
 
 pub mod aijob;
 pub mod budget;
+pub mod collector_config;
 pub mod health_check;
 pub mod invoice;
 pub mod job_hook;

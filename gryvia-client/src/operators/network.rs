@@ -4,11 +4,14 @@
 //! the traffic is back within bounds; each GryviaServiceGraph keeps who talks to whom over its
 //! window; each GryviaNetworkCost prices what crosses zones and leaves the cluster, and one of
 //! them writes it as usage records for invoices; each GryviaTrainingInsight names the ranks of a
-//! distributed job that move less than the others.
+//! distributed job that move less than the others; each GryviaCollectorConfig says how many
+//! nodes' collectors run it.
 
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
-use crate::controllers::{network_baseline, network_cost, service_graph, training_insight};
+use crate::controllers::{
+    collector_config, network_baseline, network_cost, service_graph, training_insight,
+};
 
 /// Name of the operator (its Lease, its logs).
 pub const NAME: &str = "gryvia-network-operator";
@@ -31,6 +34,7 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
         .with(service_graph::controller)
         .with(network_cost::controller)
         .with(training_insight::controller)
+        .with(collector_config::controller)
 }
 
 /// Runs the network-operator until SIGTERM.

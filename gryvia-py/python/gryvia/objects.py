@@ -147,6 +147,7 @@ GryviaCollectorConfigStatus = Object
 GryviaCollectorConfigStatusConditions = Object
 GryviaFabricSignalSpec = Object
 GryviaFabricSignalStatus = Object
+GryviaFabricSignalStatusConfig = Object
 GryviaFabricSignalStatusInterfaces = Object
 GryviaFlowAggregateSpec = Object
 GryviaFlowAggregateStatus = Object

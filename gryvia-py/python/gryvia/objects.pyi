@@ -1942,16 +1942,24 @@ class GryviaCollectorConfigStatusConditions(Object):
         """type of condition in CamelCase or in foo.example.com/CamelCase."""
 
 class GryviaCollectorConfigStatus(Object):
-    """Reporting state of the collectors."""
+    """Reporting state of the collectors (written by the network-operator)."""
     @property
     def conditions(self) -> List[GryviaCollectorConfigStatusConditions]:
-        """Conditions.
+        """`Ready`: whether every collector that follows the config runs its current generation.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'conditions' in obj`` tells).
         """
     @property
+    def failing(self) -> List[str]:
+        """Nodes whose collector could not apply this config, with why (`node: reason`), sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'failing' in obj`` tells).
+        """
+    @property
     def nodes_reporting(self) -> int:
-        """Nodes whose collector reported in the last three intervals."""
+        """Nodes whose collector runs this config's current generation and reported in the last
+        three intervals.
+        """
 
 class GryviaCollectorConfig(Resource):
     """Auto-generated derived type for GryviaCollectorConfigSpec via `CustomResource`"""
@@ -1968,7 +1976,7 @@ class GryviaCollectorConfig(Resource):
         """
     @property
     def status(self) -> GryviaCollectorConfigStatus:
-        """Reporting state of the collectors.
+        """Reporting state of the collectors (written by the network-operator).
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'status' in obj`` tells).
         """
@@ -1978,6 +1986,21 @@ class GryviaFabricSignalSpec(Object):
     @property
     def node_name(self) -> str:
         """Node the signal describes."""
+
+class GryviaFabricSignalStatusConfig(Object):
+    """The GryviaCollectorConfig the collector follows (none: its command-line settings)."""
+    @property
+    def error(self) -> str:
+        """Why the collector could not apply it (it runs its command-line settings then).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'error' in obj`` tells).
+        """
+    @property
+    def generation(self) -> int:
+        """Its `metadata.generation` the collector read."""
+    @property
+    def name(self) -> str:
+        """The config's name."""
 
 class GryviaFabricSignalStatusInterfaces(Object):
     """Counters of one interface."""
@@ -2015,6 +2038,12 @@ class GryviaFabricSignalStatusInterfaces(Object):
 class GryviaFabricSignalStatus(Object):
     """Fabric counters of a node."""
     @property
+    def config(self) -> GryviaFabricSignalStatusConfig:
+        """The GryviaCollectorConfig the collector follows (none: its command-line settings).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'config' in obj`` tells).
+        """
+    @property
     def interfaces(self) -> List[GryviaFabricSignalStatusInterfaces]:
         """Per-interface counters, sorted by name.
 
@@ -2025,6 +2054,12 @@ class GryviaFabricSignalStatus(Object):
         """Median smoothed RTT over flows, microseconds.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'medianSrttMicros' in obj`` tells).
+        """
+    @property
+    def programs(self) -> List[str]:
+        """The programs the collector runs, sorted.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'programs' in obj`` tells).
         """
     @property
     def tcp_retransmits(self) -> int:

@@ -6,6 +6,7 @@
 
 pub mod anomaly;
 pub mod baseline;
+pub mod collector;
 pub mod cost;
 pub mod flows;
 pub mod graph;

@@ -1739,6 +1739,11 @@ func (in *GryviaCollectorConfigStatus) DeepCopyInto(out *GryviaCollectorConfigSt
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Failing != nil {
+		in, out := &in.Failing, &out.Failing
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.NodesReporting != nil {
 		in, out := &in.NodesReporting, &out.NodesReporting
 		*out = new(int32)
@@ -1837,6 +1842,11 @@ func (in *GryviaFabricSignalSpec) DeepCopy() *GryviaFabricSignalSpec {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaFabricSignalStatus) DeepCopyInto(out *GryviaFabricSignalStatus) {
 	*out = *in
+	if in.Config != nil {
+		in, out := &in.Config, &out.Config
+		*out = new(GryviaFabricSignalStatusConfig)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Interfaces != nil {
 		in, out := &in.Interfaces, &out.Interfaces
 		*out = make([]GryviaFabricSignalStatusInterface, len(*in))
@@ -1849,6 +1859,11 @@ func (in *GryviaFabricSignalStatus) DeepCopyInto(out *GryviaFabricSignalStatus) 
 		in, out := &in.MedianSrttMicros, &out.MedianSrttMicros
 		*out = new(int64)
 		**out = **in
+	}
+	if in.Programs != nil {
+		in, out := &in.Programs, &out.Programs
+		*out = make([]GryviaCollectorConfigSpecProgram, len(*in))
+		copy(*out, *in)
 	}
 	if in.TCPRetransmits != nil {
 		in, out := &in.TCPRetransmits, &out.TCPRetransmits
@@ -1873,6 +1888,26 @@ func (in *GryviaFabricSignalStatus) DeepCopy() *GryviaFabricSignalStatus {
 		return nil
 	}
 	out := new(GryviaFabricSignalStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaFabricSignalStatusConfig) DeepCopyInto(out *GryviaFabricSignalStatusConfig) {
+	*out = *in
+	if in.Error != nil {
+		in, out := &in.Error, &out.Error
+		*out = new(string)
+		**out = **in
+	}
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaFabricSignalStatusConfig) DeepCopy() *GryviaFabricSignalStatusConfig {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaFabricSignalStatusConfig)
 	in.DeepCopyInto(out)
 	return out
 }

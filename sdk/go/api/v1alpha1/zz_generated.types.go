@@ -1599,7 +1599,7 @@ type GryviaCollectorConfig struct {
 	// and how often maps are read.
 	Spec GryviaCollectorConfigSpec `json:"spec"`
 
-	// Reporting state of the collectors.
+	// Reporting state of the collectors (written by the network-operator).
 	//
 	// +optional
 	Status *GryviaCollectorConfigStatus `json:"status,omitempty"`
@@ -1645,7 +1645,7 @@ type GryviaCollectorConfigSpec struct {
 	Programs []GryviaCollectorConfigSpecProgram `json:"programs"`
 }
 
-// GryviaCollectorConfigSpecProgram is the set of values of GryviaCollectorConfig .spec.programs[].
+// GryviaCollectorConfigSpecProgram is the set of values of GryviaCollectorConfig .spec.programs[] and of 1 other field with the same values.
 //
 // An eBPF program of the collector.
 type GryviaCollectorConfigSpecProgram string
@@ -1664,14 +1664,20 @@ const (
 
 // GryviaCollectorConfigStatus is the schema of GryviaCollectorConfig .status.
 //
-// Reporting state of the collectors.
+// Reporting state of the collectors (written by the network-operator).
 type GryviaCollectorConfigStatus struct {
-	// Conditions.
+	// `Ready`: whether every collector that follows the config runs its current generation.
 	//
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// Nodes whose collector reported in the last three intervals.
+	// Nodes whose collector could not apply this config, with why (`node: reason`), sorted.
+	//
+	// +optional
+	Failing []string `json:"failing,omitempty"`
+
+	// Nodes whose collector runs this config's current generation and reported in the last
+	// three intervals.
 	//
 	// The API server defaults it to 0.
 	//
@@ -1718,6 +1724,11 @@ type GryviaFabricSignalSpec struct {
 //
 // Fabric counters of a node.
 type GryviaFabricSignalStatus struct {
+	// The GryviaCollectorConfig the collector follows (none: its command-line settings).
+	//
+	// +optional
+	Config *GryviaFabricSignalStatusConfig `json:"config,omitempty"`
+
 	// Per-interface counters, sorted by name.
 	//
 	// +optional
@@ -1727,6 +1738,11 @@ type GryviaFabricSignalStatus struct {
 	//
 	// +optional
 	MedianSrttMicros *int64 `json:"medianSrttMicros,omitempty"`
+
+	// The programs the collector runs, sorted.
+	//
+	// +optional
+	Programs []GryviaCollectorConfigSpecProgram `json:"programs,omitempty"`
 
 	// TCP retransmissions in the last window.
 	//
@@ -1746,6 +1762,22 @@ type GryviaFabricSignalStatus struct {
 	//
 	// +optional
 	WindowSeconds *int32 `json:"windowSeconds,omitempty"`
+}
+
+// GryviaFabricSignalStatusConfig is the schema of GryviaFabricSignal .status.config.
+//
+// The GryviaCollectorConfig the collector follows (none: its command-line settings).
+type GryviaFabricSignalStatusConfig struct {
+	// Why the collector could not apply it (it runs its command-line settings then).
+	//
+	// +optional
+	Error *string `json:"error,omitempty"`
+
+	// Its `metadata.generation` the collector read.
+	Generation int64 `json:"generation"`
+
+	// The config's name.
+	Name string `json:"name"`
 }
 
 // GryviaFabricSignalStatusInterface is the schema of GryviaFabricSignal .status.interfaces[].
