@@ -344,6 +344,14 @@ pub struct GryviaServiceGraphStatus {
     /// Number of edges.
     #[serde(default)]
     pub edge_count: i32,
+    /// Edges cut for being lighter than the heaviest 250 by bytes (of the window, or of a
+    /// bucket: counted once per bucket they were cut from): the graph keeps its status well
+    /// under etcd's limit on an object's size.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edges_left_out: i64,
+    /// The bytes of the edges left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bytes_left_out: i64,
     /// When it was computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
@@ -366,6 +374,16 @@ pub struct GraphBucket {
     /// Its edges, sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub edges: Vec<GraphEdge>,
+    /// Edges cut from it for being lighter than its heaviest 250 by bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edges_left_out: i64,
+    /// Their bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bytes_left_out: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// An edge of the service graph.

@@ -107,6 +107,8 @@ pub async fn run(cmd: NetworkCommand) -> anyhow::Result<()> {
                         "windowMinutes": g.spec.window_minutes,
                         "nodes": g.status.as_ref().map(|s| s.nodes.clone()).unwrap_or_default(),
                         "edges": g.status.as_ref().map(|s| s.edges.clone()).unwrap_or_default(),
+                        "edgesLeftOut": g.status.as_ref().map_or(0, |s| s.edges_left_out),
+                        "bytesLeftOut": g.status.as_ref().map_or(0, |s| s.bytes_left_out),
                         "updatedAt": g.status.as_ref().and_then(|s| s.updated_at.clone()),
                     })
                 })

@@ -5178,10 +5178,22 @@ class GryviaServiceGraphStatusBucketsEdges(Object):
 class GryviaServiceGraphStatusBuckets(Object):
     """The edges of the flow windows that ended in one bucket of time."""
     @property
+    def bytes_left_out(self) -> int:
+        """Their bytes.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'bytesLeftOut' in obj`` tells).
+        """
+    @property
     def edges(self) -> List[GryviaServiceGraphStatusBucketsEdges]:
         """Its edges, sorted.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'edges' in obj`` tells).
+        """
+    @property
+    def edges_left_out(self) -> int:
+        """Edges cut from it for being lighter than its heaviest 250 by bytes.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'edgesLeftOut' in obj`` tells).
         """
     @property
     def start(self) -> str:
@@ -5215,6 +5227,12 @@ class GryviaServiceGraphStatus(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'buckets' in obj`` tells).
         """
     @property
+    def bytes_left_out(self) -> int:
+        """The bytes of the edges left out.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'bytesLeftOut' in obj`` tells).
+        """
+    @property
     def edge_count(self) -> int:
         """Number of edges."""
     @property
@@ -5222,6 +5240,14 @@ class GryviaServiceGraphStatus(Object):
         """Edges, sorted.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'edges' in obj`` tells).
+        """
+    @property
+    def edges_left_out(self) -> int:
+        """Edges cut for being lighter than the heaviest 250 by bytes (of the window, or of a
+        bucket: counted once per bucket they were cut from): the graph keeps its status well
+        under etcd's limit on an object's size.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'edgesLeftOut' in obj`` tells).
         """
     @property
     def folded(self) -> ObjectMap[str]:

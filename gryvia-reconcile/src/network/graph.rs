@@ -88,6 +88,32 @@ pub fn status(edges: &BTreeMap<(String, String, u16), EdgeTotals>) -> GryviaServ
     }
 }
 
+/// The most edges a bucket and the window's sums keep: the heaviest by bytes. Twelve buckets
+/// and the sums of this many edges stay well under etcd's limit on an object (1.5 MiB); a
+/// graph of a busy cluster outgrew it (`benches/network/run`).
+pub const MAX_EDGES: usize = 250;
+
+type Edges = BTreeMap<(String, String, u16), EdgeTotals>;
+
+/// The heaviest [`MAX_EDGES`] of `edges` by bytes, and the count and bytes of the others.
+pub fn heaviest(edges: Edges) -> (Edges, i64, i64) {
+    if edges.len() <= MAX_EDGES {
+        return (edges, 0, 0);
+    }
+    let mut all: Vec<_> = edges.into_iter().collect();
+    // Heaviest first; equal bytes by key, so the cut is the same every time.
+    all.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(&b.0)));
+    let cut = all.split_off(MAX_EDGES);
+    let bytes = cut
+        .iter()
+        .fold(0_i64, |s, (_, t)| s.saturating_add(t.bytes));
+    (
+        all.into_iter().collect(),
+        i64::try_from(cut.len()).unwrap_or(i64::MAX),
+        bytes,
+    )
+}
+
 /// Buckets a graph's window is kept in.
 pub const BUCKETS: i64 = 12;
 
@@ -107,7 +133,7 @@ pub struct NodeWindow {
     pub flows: Vec<WorkloadFlow>,
 }
 
-fn totals_of(edges: &[GraphEdge]) -> BTreeMap<(String, String, u16), EdgeTotals> {
+fn totals_of(edges: &[GraphEdge]) -> Edges {
     edges
         .iter()
         .map(|e| {
@@ -150,10 +176,15 @@ pub fn fold(
     now: Timestamp,
 ) -> GryviaServiceGraphStatus {
     let width = bucket_seconds(window_minutes);
-    let mut buckets: BTreeMap<i64, BTreeMap<(String, String, u16), EdgeTotals>> = current
+    let mut buckets: BTreeMap<i64, (Edges, i64, i64)> = current
         .buckets
         .iter()
-        .map(|b| (b.start.0.as_second(), totals_of(&b.edges)))
+        .map(|b| {
+            (
+                b.start.0.as_second(),
+                (totals_of(&b.edges), b.edges_left_out, b.bytes_left_out),
+            )
+        })
         .collect();
     let mut folded = current.folded.clone();
     for w in windows {
@@ -164,25 +195,37 @@ pub fn fold(
         let start = w.end.as_second().div_euclid(width) * width;
         let bucket = buckets.entry(start).or_default();
         for (key, t) in edges(&w.flows, namespaces) {
-            add(bucket, &key, &t);
+            add(&mut bucket.0, &key, &t);
         }
+        let (kept, count, bytes) = heaviest(std::mem::take(&mut bucket.0));
+        bucket.0 = kept;
+        bucket.1 = bucket.1.saturating_add(count);
+        bucket.2 = bucket.2.saturating_add(bytes);
     }
     let oldest = now.as_second() - i64::from(window_minutes.max(1)) * 60;
     buckets.retain(|start, _| start + width > oldest);
     folded.retain(|_, t| t.0.as_second() > oldest - width);
     let mut sum = BTreeMap::new();
-    for b in buckets.values() {
+    let (mut left_out, mut bytes_left_out) = (0_i64, 0_i64);
+    for (b, count, bytes) in buckets.values() {
         for (key, t) in b {
             add(&mut sum, key, t);
         }
+        left_out = left_out.saturating_add(*count);
+        bytes_left_out = bytes_left_out.saturating_add(*bytes);
     }
+    let (sum, count, bytes) = heaviest(sum);
     let mut out = status(&sum);
+    out.edges_left_out = left_out.saturating_add(count);
+    out.bytes_left_out = bytes_left_out.saturating_add(bytes);
     out.buckets = buckets
         .into_iter()
-        .filter(|(_, b)| !b.is_empty())
-        .map(|(start, b)| GraphBucket {
+        .filter(|(_, (b, count, _))| !b.is_empty() || *count > 0)
+        .map(|(start, (b, count, bytes))| GraphBucket {
             start: Time(Timestamp::from_second(start).unwrap_or(now)),
             edges: status(&b).edges,
+            edges_left_out: count,
+            bytes_left_out: bytes,
         })
         .collect();
     out.folded = folded;
@@ -317,5 +360,39 @@ mod tests {
             "{d}"
         );
         assert!(d.trim_end().ends_with('}'));
+    }
+
+    #[test]
+    fn a_bucket_and_the_sums_keep_the_heaviest_edges_and_count_the_rest() {
+        let flows: Vec<WorkloadFlow> = (0..MAX_EDGES + 10)
+            .map(|i| WorkloadFlow {
+                from: "ml/a".into(),
+                to: format!("ml/b-{i:04}"),
+                port: 80,
+                bytes: i64::try_from(i).unwrap() + 1,
+                retransmits: 0,
+            })
+            .collect();
+        let w = NodeWindow {
+            node: "n".into(),
+            end: Timestamp::from_second(1_800_000_000).unwrap(),
+            flows,
+        };
+        let st = fold(
+            &GryviaServiceGraphStatus::default(),
+            60,
+            &[],
+            &[w],
+            Timestamp::from_second(1_800_000_001).unwrap(),
+        );
+        assert_eq!(st.edges.len(), MAX_EDGES);
+        assert_eq!(st.buckets[0].edges.len(), MAX_EDGES);
+        // The ten lightest (1 to 10 bytes) are left out, once, in their bucket.
+        assert_eq!(
+            (st.buckets[0].edges_left_out, st.buckets[0].bytes_left_out),
+            (10, 55)
+        );
+        assert_eq!((st.edges_left_out, st.bytes_left_out), (10, 55));
+        assert!(st.edges.iter().all(|e| e.bytes > 10));
     }
 }

@@ -6169,6 +6169,11 @@ func (in *GryviaServiceGraphStatus) DeepCopyInto(out *GryviaServiceGraphStatus) 
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.BytesLeftOut != nil {
+		in, out := &in.BytesLeftOut, &out.BytesLeftOut
+		*out = new(int64)
+		**out = **in
+	}
 	if in.EdgeCount != nil {
 		in, out := &in.EdgeCount, &out.EdgeCount
 		*out = new(int32)
@@ -6181,6 +6186,11 @@ func (in *GryviaServiceGraphStatus) DeepCopyInto(out *GryviaServiceGraphStatus) 
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.EdgesLeftOut != nil {
+		in, out := &in.EdgesLeftOut, &out.EdgesLeftOut
+		*out = new(int64)
+		**out = **in
 	}
 	if in.Folded != nil {
 		in, out := &in.Folded, &out.Folded
@@ -6216,6 +6226,11 @@ func (in *GryviaServiceGraphStatus) DeepCopy() *GryviaServiceGraphStatus {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaServiceGraphStatusBucket) DeepCopyInto(out *GryviaServiceGraphStatusBucket) {
 	*out = *in
+	if in.BytesLeftOut != nil {
+		in, out := &in.BytesLeftOut, &out.BytesLeftOut
+		*out = new(int64)
+		**out = **in
+	}
 	if in.Edges != nil {
 		in, out := &in.Edges, &out.Edges
 		*out = make([]GryviaServiceGraphStatusEdge, len(*in))
@@ -6223,6 +6238,11 @@ func (in *GryviaServiceGraphStatusBucket) DeepCopyInto(out *GryviaServiceGraphSt
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.EdgesLeftOut != nil {
+		in, out := &in.EdgesLeftOut, &out.EdgesLeftOut
+		*out = new(int64)
+		**out = **in
 	}
 	in.Start.DeepCopyInto(&out.Start)
 }

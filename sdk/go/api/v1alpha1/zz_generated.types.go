@@ -5436,6 +5436,11 @@ type GryviaServiceGraphStatus struct {
 	// +optional
 	Buckets []GryviaServiceGraphStatusBucket `json:"buckets,omitempty"`
 
+	// The bytes of the edges left out.
+	//
+	// +optional
+	BytesLeftOut *int64 `json:"bytesLeftOut,omitempty"`
+
 	// Number of edges.
 	//
 	// The API server defaults it to 0.
@@ -5447,6 +5452,13 @@ type GryviaServiceGraphStatus struct {
 	//
 	// +optional
 	Edges []GryviaServiceGraphStatusEdge `json:"edges,omitempty"`
+
+	// Edges cut for being lighter than the heaviest 250 by bytes (of the window, or of a
+	// bucket: counted once per bucket they were cut from): the graph keeps its status well
+	// under etcd's limit on an object's size.
+	//
+	// +optional
+	EdgesLeftOut *int64 `json:"edgesLeftOut,omitempty"`
 
 	// Per node, the end of the last GryviaFlowAggregate window folded in (each is folded
 	// once).
@@ -5469,10 +5481,20 @@ type GryviaServiceGraphStatus struct {
 //
 // The edges of the flow windows that ended in one bucket of time.
 type GryviaServiceGraphStatusBucket struct {
+	// Their bytes.
+	//
+	// +optional
+	BytesLeftOut *int64 `json:"bytesLeftOut,omitempty"`
+
 	// Its edges, sorted.
 	//
 	// +optional
 	Edges []GryviaServiceGraphStatusEdge `json:"edges,omitempty"`
+
+	// Edges cut from it for being lighter than its heaviest 250 by bytes.
+	//
+	// +optional
+	EdgesLeftOut *int64 `json:"edgesLeftOut,omitempty"`
 
 	// Start of the bucket.
 	Start metav1.Time `json:"start"`
