@@ -494,7 +494,7 @@ pub fn fold(
             }
         }
     }
-    out.entries = priced(&by, &spec.egress_per_gib, &spec.cross_zone_per_gib);
+    out.entries = priced(&capped(by), &spec.egress_per_gib, &spec.cross_zone_per_gib);
     out.total = (!out.entries.is_empty()).then(|| {
         Decimal::from_micros(
             out.entries
@@ -515,6 +515,39 @@ pub fn fold(
     out.updated_at.clone_from(&current.updated_at);
     if out != *current {
         out.updated_at = Some(Time(now));
+    }
+    out
+}
+
+/// The most entries a cost keeps: the groups with the most bytes, the others summed into
+/// [`OTHERS`], so the status stays well under etcd's limit on an object however many jobs or
+/// services there are.
+pub const MAX_ENTRIES: usize = 500;
+
+/// The entry of the groups left out of the [`MAX_ENTRIES`] (no tenant, job or Service can be
+/// named so).
+pub const OTHERS: &str = "(others)";
+
+/// `by` with at most [`MAX_ENTRIES`] groups: those with the most bytes (egress and cross-zone
+/// together), the rest summed into [`OTHERS`]; bytes are never lost.
+fn capped(by: BTreeMap<String, Billed>) -> BTreeMap<String, Billed> {
+    if by.len() <= MAX_ENTRIES {
+        return by;
+    }
+    let mut all: Vec<(String, Billed)> = by.into_iter().collect();
+    let weight = |b: &Billed| b.egress.saturating_add(b.cross_zone);
+    // Heaviest first; (others) always goes to the rest; equal weights by name.
+    all.sort_by(|a, b| {
+        (a.0 == OTHERS)
+            .cmp(&(b.0 == OTHERS))
+            .then_with(|| weight(&b.1).cmp(&weight(&a.1)))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    let rest = all.split_off(MAX_ENTRIES - 1);
+    let mut out: BTreeMap<String, Billed> = all.into_iter().collect();
+    let others = out.entry(OTHERS.to_owned()).or_default();
+    for (_, b) in rest {
+        others.add(b);
     }
     out
 }
@@ -1002,5 +1035,28 @@ mod tests {
         // A long name is cut to a valid one.
         let long = record_name(&"c".repeat(253), &"n".repeat(63), at(0).as_second());
         assert_eq!(long.len(), 253);
+    }
+
+    #[test]
+    fn past_the_cap_the_lightest_groups_are_summed_into_others_and_no_byte_is_lost() {
+        let by: BTreeMap<String, Billed> = (0..MAX_ENTRIES + 20)
+            .map(|i| {
+                let b = Billed {
+                    egress: i64::try_from(i).unwrap() + 1,
+                    cross_zone: 0,
+                };
+                (format!("ns/job-{i:04}"), b)
+            })
+            .collect();
+        let total: i64 = by.values().map(|b| b.egress).sum();
+        let c = capped(by);
+        assert_eq!(c.len(), MAX_ENTRIES);
+        assert_eq!(c.values().map(|b| b.egress).sum::<i64>(), total);
+        // The 21 lightest (1 to 21 bytes) are the others.
+        assert_eq!(c[OTHERS].egress, (1..=21).sum::<i64>());
+        assert!(!c.contains_key("ns/job-0000"));
+        // Folded again (others among the groups), it stays.
+        let again = capped(c.clone());
+        assert_eq!(again, c);
     }
 }
