@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, TestNamespace, wait_for};
+use gryvia_testsupport::{TestNamespace, wait_for};
 use gryvia_types::{AnomalyType, GryviaNetworkAnomaly, GryviaNetworkBaseline, Severity};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -204,14 +204,7 @@ async fn a_bandwidth_drop_raises_one_anomaly_while_it_lasts_and_it_resolves_when
         .create(&PostParams::default(), &baseline)
         .await
         .unwrap();
-    let (_operator, _) = Process::operator(
-        env!("CARGO_BIN_EXE_gryvia-network-operator"),
-        &ns.name,
-        &[],
-        Some(&operator_access.kubeconfig),
-        "network-operator-baseline",
-    )
-    .unwrap();
+    let _operator = common::operator(&operator_access, &ns.name, "network-operator-baseline");
 
     // Windows of 10 s, the first an hour ago (the operator reads the collector's times, not
     // its own clock): five at 10,000 B/s learn the baseline.

@@ -135,14 +135,7 @@ async fn the_collector_follows_its_nodes_config_without_a_restart_and_the_config
         .create(&PostParams::default(), &config)
         .await
         .unwrap();
-    let (_operator, _) = Process::operator(
-        env!("CARGO_BIN_EXE_gryvia-network-operator"),
-        n,
-        &[],
-        Some(&operator_access.kubeconfig),
-        "network-operator-collector-config",
-    )
-    .unwrap();
+    let _operator = common::operator(&operator_access, n, "network-operator-collector-config");
     let port = 19_900 + u16::try_from(std::process::id() % 90).unwrap();
     let addr = format!("127.0.0.1:{port}");
     let _collector = Process::start(

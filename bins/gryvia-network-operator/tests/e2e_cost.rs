@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::{flow, pod_ip};
-use gryvia_testsupport::{ClusterObject, KwokNodes, Process, TestNamespace, wait_for};
+use gryvia_testsupport::{ClusterObject, KwokNodes, TestNamespace, wait_for};
 use gryvia_types::{
     GryviaFlowAggregate, GryviaNetworkCost, GryviaUsageRecord, NetworkCostEntry, ZoneBytes,
     ZonePairBytes,
@@ -122,14 +122,7 @@ async fn cross_zone_and_egress_bytes_are_priced_by_tenant_and_job_and_written_as
     let _job = ClusterObject::create::<GryviaNetworkCost>(&client, cost(&by_job, "job", false))
         .await
         .unwrap();
-    let (_operator, _) = Process::operator(
-        env!("CARGO_BIN_EXE_gryvia-network-operator"),
-        n,
-        &[],
-        Some(&operator_access.kubeconfig),
-        "network-operator-cost",
-    )
-    .unwrap();
+    let _operator = common::operator(&operator_access, n, "network-operator-cost");
 
     // Node a: the trainer's side of its connections to the store (directly and through the
     // Service: the store's node counts both) and 2 GiB sent out of the cluster (8 GiB in, free).

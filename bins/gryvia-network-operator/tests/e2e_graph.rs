@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use gryvia_testsupport::{KwokNodes, Process, ServiceAccountAccess, TestNamespace, wait_for};
+use gryvia_testsupport::{KwokNodes, ServiceAccountAccess, TestNamespace, wait_for};
 use gryvia_types::{GryviaFlowAggregate, GryviaServiceGraph};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -74,7 +74,7 @@ struct Rig {
     trainer: String,
     store: String,
     service_ip: String,
-    _operator: Process,
+    _operator: gryvia_testsupport::Process,
 }
 
 impl Rig {
@@ -106,14 +106,7 @@ impl Rig {
         }))
         .unwrap();
         graphs.create(&PostParams::default(), &graph).await.unwrap();
-        let (operator, _) = Process::operator(
-            env!("CARGO_BIN_EXE_gryvia-network-operator"),
-            n,
-            &[],
-            Some(&operator_access.kubeconfig),
-            "network-operator-graph",
-        )
-        .unwrap();
+        let operator = common::operator(&operator_access, n, "network-operator-graph");
 
         Rig {
             ns,

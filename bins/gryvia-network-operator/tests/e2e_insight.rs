@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{flow, pod_ip};
-use gryvia_testsupport::{KwokNodes, Process, TestNamespace, wait_for};
+use gryvia_testsupport::{KwokNodes, TestNamespace, wait_for};
 use gryvia_types::{GryviaAIJob, GryviaFlowAggregate, GryviaTrainingInsight, RankPair};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -72,14 +72,7 @@ async fn the_slow_rank_of_a_job_is_named_with_its_node_and_the_cli_shows_the_ran
         .create(&PostParams::default(), &insight)
         .await
         .unwrap();
-    let (_operator, _) = Process::operator(
-        env!("CARGO_BIN_EXE_gryvia-network-operator"),
-        n,
-        &[],
-        Some(&operator_access.kubeconfig),
-        "network-operator-insight",
-    )
-    .unwrap();
+    let _operator = common::operator(&operator_access, n, "network-operator-insight");
 
     // A ring: rank r sends to rank r+1. Ranks 0 and 2 move 1,000,000 bytes each way in the
     // 10 s window; rank 1, on a slow node, 100,000.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gryvia_reconcile::network::cost::cost_directory;
+use gryvia_reconcile::network::cost::{cost_directory, metering};
 use gryvia_reconcile::network::reconcile::{CostWorld, NetworkCostReconciler};
 use gryvia_types::{CachedPod, GryviaFlowAggregate, GryviaNetworkCost};
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -63,13 +63,7 @@ impl Observe for CostObserver {
                 .iter()
                 .filter_map(|a| Some((a.spec.node_name.clone(), a.status.clone()?)))
                 .collect(),
-            metering: self
-                .costs
-                .state()
-                .iter()
-                .filter(|c| c.spec.usage_records && c.metadata.deletion_timestamp.is_none())
-                .map(|c| c.name_any())
-                .min(),
+            metering: metering(self.costs.state().iter().map(AsRef::as_ref)),
         })
     }
 }

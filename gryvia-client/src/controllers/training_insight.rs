@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gryvia_reconcile::network::reconcile::{InsightWorld, TrainingInsightReconciler};
-use gryvia_reconcile::network::straggler::Rank;
+use gryvia_reconcile::network::straggler::ranks;
 use gryvia_types::{CachedPod, GryviaFlowAggregate, GryviaTrainingInsight, labels};
 use kube::ResourceExt;
 use kube::runtime::controller::Controller;
@@ -19,35 +19,6 @@ use super::{Running, Shared, all_of, changed};
 use crate::Result;
 use crate::cache::wait_ready;
 use crate::runtime::{Observe, run, spec_or_lifecycle};
-
-/// The ranks of a job among its `pods`: the running ones, each its rank from the Job
-/// controller's `batch.kubernetes.io/job-completion-index` label (0 for a job of one pod),
-/// sorted by rank.
-pub fn ranks_of(pods: &[Arc<CachedPod>]) -> Vec<Rank> {
-    let running: Vec<&Arc<CachedPod>> = pods
-        .iter()
-        .filter(|p| p.phase.as_deref() == Some("Running"))
-        .collect();
-    let single = running.len() == 1;
-    let mut out: Vec<Rank> = running
-        .into_iter()
-        .filter_map(|p| {
-            let rank = match p.labels().get(labels::JOB_COMPLETION_INDEX) {
-                Some(i) => i.parse().ok()?,
-                None if single => 0,
-                None => return None,
-            };
-            Some(Rank {
-                rank,
-                pod: format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
-                node: p.node_name.clone()?,
-                ip: p.pod_ip.clone(),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.rank.cmp(&b.rank).then_with(|| a.pod.cmp(&b.pod)));
-    out
-}
 
 /// Observes the job's pods and the aggregates of their nodes.
 pub struct InsightObserver {
@@ -64,7 +35,8 @@ impl Observe for InsightObserver {
         wait_ready(&self.pods, "Pod").await?;
         wait_ready(&self.aggregates, "GryviaFlowAggregate").await?;
         let ns = i.namespace().unwrap_or_default();
-        let ranks = ranks_of(&pods_of_job(&self.pods, &ns, &i.spec.job_name));
+        let pods = pods_of_job(&self.pods, &ns, &i.spec.job_name);
+        let ranks = ranks(pods.iter().map(AsRef::as_ref));
         let aggregates: BTreeMap<String, _> = self
             .aggregates
             .state()

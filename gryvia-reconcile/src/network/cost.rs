@@ -20,9 +20,10 @@ use gryvia_types::k8s_openapi::api::core::v1::{Node, Service};
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use gryvia_types::money::{Decimal, MICROS};
 use gryvia_types::{
-    CachedPod, CostGrouping, FlowRecord, GryviaFlowAggregateStatus, GryviaNetworkCostSpec,
-    GryviaNetworkCostStatus, GryviaUsageRecord, GryviaUsageRecordSpec, NamespaceTransfer,
-    NetworkCostEntry, NetworkHour, NetworkUsage, WorkloadRef, ZoneBytes, ZonePairBytes,
+    CachedPod, CostGrouping, FlowRecord, GryviaFlowAggregateStatus, GryviaNetworkCost,
+    GryviaNetworkCostSpec, GryviaNetworkCostStatus, GryviaUsageRecord, GryviaUsageRecordSpec,
+    NamespaceTransfer, NetworkCostEntry, NetworkHour, NetworkUsage, WorkloadRef, ZoneBytes,
+    ZonePairBytes,
 };
 
 use super::flows::{JOB_LABEL, local_is_client};
@@ -199,12 +200,32 @@ pub fn entries(
     let mut by: BTreeMap<String, Billed> = BTreeMap::new();
     for t in transfers {
         for (groups, billed) in payers(t) {
-            by.entry(groups.of(grouping).unwrap_or(UNATTRIBUTED).to_owned())
-                .or_default()
-                .add(billed);
+            charge(&mut by, grouping, groups, billed);
         }
     }
     priced(&by, egress_per_gib, cross_zone_per_gib)
+}
+
+/// Adds `billed` to the group of `groups` under `grouping` (`unattributed` without one).
+fn charge(
+    by: &mut BTreeMap<String, Billed>,
+    grouping: CostGrouping,
+    groups: &Groups,
+    billed: Billed,
+) {
+    by.entry(groups.of(grouping).unwrap_or(UNATTRIBUTED).to_owned())
+        .or_default()
+        .add(billed);
+}
+
+/// The GryviaNetworkCost that writes the usage records: the first by name with
+/// `spec.usageRecords`, those being deleted left out.
+pub fn metering<'a>(costs: impl IntoIterator<Item = &'a GryviaNetworkCost>) -> Option<String> {
+    costs
+        .into_iter()
+        .filter(|c| c.spec.usage_records && c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| c.metadata.name.clone())
+        .min()
 }
 
 fn priced(
@@ -487,9 +508,7 @@ pub fn fold(
                 }
             }
             for (groups, billed) in payers(t) {
-                by.entry(groups.of(spec.group_by).unwrap_or(UNATTRIBUTED).to_owned())
-                    .or_default()
-                    .add(billed);
+                charge(&mut by, spec.group_by, groups, billed);
                 hours.add(hour, groups, billed);
             }
         }

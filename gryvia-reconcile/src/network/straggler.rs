@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use gryvia_types::{
-    FlowRecord, GryviaFlowAggregateStatus, GryviaTrainingInsightStatus, RankPair, WorkerTraffic,
+    CachedPod, FlowRecord, GryviaFlowAggregateStatus, GryviaTrainingInsightStatus, RankPair,
+    WorkerTraffic,
 };
 
 /// What one rank's pod sent and received in a window.
@@ -37,6 +38,44 @@ pub struct Rank {
     pub node: String,
     /// Its pod's address (none for a host-network pod).
     pub ip: Option<String>,
+}
+
+/// The ranks of a job among its `pods`: the running ones, each its rank from the Job
+/// controller's `batch.kubernetes.io/job-completion-index` label (0 for a job of one pod),
+/// sorted by rank.
+pub fn ranks<'a>(pods: impl IntoIterator<Item = &'a CachedPod>) -> Vec<Rank> {
+    let running: Vec<&CachedPod> = pods
+        .into_iter()
+        .filter(|p| p.phase.as_deref() == Some("Running"))
+        .collect();
+    let single = running.len() == 1;
+    let mut out: Vec<Rank> = running
+        .into_iter()
+        .filter_map(|p| {
+            let label = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(gryvia_types::labels::JOB_COMPLETION_INDEX));
+            let rank = match label {
+                Some(i) => i.parse().ok()?,
+                None if single => 0,
+                None => return None,
+            };
+            Some(Rank {
+                rank,
+                pod: format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ),
+                node: p.node_name.clone()?,
+                ip: p.pod_ip.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.rank.cmp(&b.rank).then_with(|| a.pod.cmp(&b.pod)));
+    out
 }
 
 /// Each rank's traffic from the flows of a window (those whose local pod is the rank's pod, as

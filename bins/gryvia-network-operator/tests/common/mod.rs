@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use gryvia_testsupport::{ServiceAccountAccess, wait_for};
+use gryvia_testsupport::{Process, ServiceAccountAccess, wait_for};
 use gryvia_types::GryviaFlowAggregate;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -113,4 +113,18 @@ pub async fn store_service(client: &kube::Client, ns: &str) -> String {
         .await
         .unwrap();
     svc.spec.unwrap().cluster_ip.unwrap()
+}
+
+/// The network-operator binary, running under `access` (its ClusterRole) with its lease in
+/// `ns`, logging to `target/e2e-logs/<log>.log`.
+pub fn operator(access: &ServiceAccountAccess, ns: &str, log: &str) -> Process {
+    Process::operator(
+        env!("CARGO_BIN_EXE_gryvia-network-operator"),
+        ns,
+        &[],
+        Some(&access.kubeconfig),
+        log,
+    )
+    .unwrap()
+    .0
 }
