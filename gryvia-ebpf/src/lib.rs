@@ -17,13 +17,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap};
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::programs::{
     CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, ProgramError, TracePoint, Xdp, XdpMode,
 };
 use aya::{Ebpf, EbpfLoader};
-use gryvia_ebpf_common::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP, config};
-pub use gryvia_ebpf_common::{FlowKey, FlowTraffic, Rtt, TcpEvents, Traffic};
+use gryvia_ebpf_common::{AF_INET, AF_INET6, DENY_EXACT_BITS, IPPROTO_TCP, IPPROTO_UDP, config};
+pub use gryvia_ebpf_common::{
+    DIRECTION_EGRESS, DIRECTION_INGRESS, DenyKey, FlowKey, FlowTraffic, MAX_DENY_ENTRIES,
+    MAX_DENY_RULES, Rtt, TcpEvents, Traffic,
+};
 
 pub mod host;
 pub mod report;
@@ -387,6 +391,164 @@ impl Collector {
     /// As [`Collector::read`].
     pub fn snapshot(&self) -> Result<Snapshot> {
         Ok(Snapshot::from_raw(self.read()?))
+    }
+}
+
+/// One entry of the deny map: packets of `key`'s direction, protocol and port between its local
+/// address and a remote address within `key.remote/remote_prefix` are dropped and counted
+/// against `rule`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DenyEntry {
+    /// Direction, protocol (0: any), port (0: any), local address, remote address.
+    pub key: DenyKey,
+    /// How many leading bits of the remote address count (0 to 32).
+    pub remote_prefix: u8,
+    /// The rule's index (below [`MAX_DENY_RULES`]): its drop counter.
+    pub rule: u32,
+}
+
+fn map_err(name: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
+    move |e| Error::Map {
+        map: name.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::Map> {
+    ebpf.map_mut(name).ok_or_else(|| Error::Map {
+        map: name.to_owned(),
+        reason: "not in the object".into(),
+    })
+}
+
+/// The remote address with the bits past `prefix` cleared (the trie keeps keys that way).
+fn masked(mut key: DenyKey, prefix: u8) -> DenyKey {
+    let bits = u32::from_be_bytes(key.remote);
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix.min(32)))
+    };
+    key.remote = (bits & mask).to_be_bytes();
+    key
+}
+
+impl Collector {
+    /// Replaces what the cgroup programs drop with `entries`. Entries in the map and not in
+    /// `entries` are removed, new ones added, and the drop counter of every rule index that no
+    /// entry used before starts at zero; with no entries the programs skip the deny lookups.
+    ///
+    /// # Errors
+    /// [`Error::Map`] naming the map, when an entry is out of range (too many entries, a rule
+    /// index or prefix too large) or the kernel refuses a write.
+    pub fn set_deny(&mut self, entries: &[DenyEntry]) -> Result<()> {
+        if entries.len() > MAX_DENY_ENTRIES as usize {
+            return Err(Error::Map {
+                map: "DENY".into(),
+                reason: format!(
+                    "{} entries, the map holds {MAX_DENY_ENTRIES}",
+                    entries.len()
+                ),
+            });
+        }
+        if let Some(e) = entries
+            .iter()
+            .find(|e| e.rule >= MAX_DENY_RULES || e.remote_prefix > 32)
+        {
+            return Err(Error::Map {
+                map: "DENY".into(),
+                reason: format!(
+                    "rule {} with a /{} prefix: rules go up to {}, prefixes to 32",
+                    e.rule,
+                    e.remote_prefix,
+                    MAX_DENY_RULES - 1
+                ),
+            });
+        }
+        let wanted: BTreeMap<(u32, DenyKey), u32> = entries
+            .iter()
+            .map(|e| {
+                (
+                    (
+                        DENY_EXACT_BITS + u32::from(e.remote_prefix),
+                        masked(e.key, e.remote_prefix),
+                    ),
+                    e.rule,
+                )
+            })
+            .collect();
+        if wanted.is_empty() {
+            self.set_deny_active(0)?;
+        }
+        let mut trie: LpmTrie<&mut MapData, DenyKey, u32> =
+            LpmTrie::try_from(map_mut(&mut self.ebpf, "DENY")?).map_err(map_err("DENY"))?;
+        let mut present = BTreeMap::new();
+        for entry in trie.iter() {
+            let (k, rule) = entry.map_err(map_err("DENY"))?;
+            present.insert((k.prefix_len(), k.data()), rule);
+        }
+        for (&(prefix, key), &rule) in &wanted {
+            if present.get(&(prefix, key)) != Some(&rule) {
+                trie.insert(&LpmKey::new(prefix, key), rule, 0)
+                    .map_err(map_err("DENY"))?;
+            }
+        }
+        for &(prefix, key) in present.keys() {
+            if !wanted.contains_key(&(prefix, key)) {
+                trie.remove(&LpmKey::new(prefix, key))
+                    .map_err(map_err("DENY"))?;
+            }
+        }
+        let used: std::collections::BTreeSet<u32> = present.values().copied().collect();
+        let fresh: std::collections::BTreeSet<u32> = wanted
+            .values()
+            .copied()
+            .filter(|r| !used.contains(r))
+            .collect();
+        if !fresh.is_empty() {
+            let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Map {
+                map: "DENY_DROPS".into(),
+                reason: format!("{what}: {e}"),
+            })?;
+            let mut drops: PerCpuArray<&mut MapData, u64> =
+                PerCpuArray::try_from(map_mut(&mut self.ebpf, "DENY_DROPS")?)
+                    .map_err(map_err("DENY_DROPS"))?;
+            for rule in fresh {
+                let zero = PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| Error::Map {
+                    map: "DENY_DROPS".into(),
+                    reason: e.to_string(),
+                })?;
+                drops.set(rule, zero, 0).map_err(map_err("DENY_DROPS"))?;
+            }
+        }
+        self.set_deny_active(u32::try_from(wanted.len()).unwrap_or(u32::MAX))
+    }
+
+    fn set_deny_active(&mut self, n: u32) -> Result<()> {
+        let mut active: Array<&mut MapData, u32> =
+            Array::try_from(map_mut(&mut self.ebpf, "DENY_ACTIVE")?)
+                .map_err(map_err("DENY_ACTIVE"))?;
+        active.set(0, n, 0).map_err(map_err("DENY_ACTIVE"))
+    }
+
+    /// Packets dropped per rule index (summed over CPUs), index 0 first.
+    ///
+    /// # Errors
+    /// [`Error::Map`] when the counters cannot be read.
+    pub fn deny_drops(&self) -> Result<Vec<u64>> {
+        let map = self.ebpf.map("DENY_DROPS").ok_or_else(|| Error::Map {
+            map: "DENY_DROPS".into(),
+            reason: "not in the object".into(),
+        })?;
+        let drops: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(map_err("DENY_DROPS"))?;
+        drops
+            .iter()
+            .map(|v| {
+                v.map(|per_cpu| per_cpu.iter().sum())
+                    .map_err(map_err("DENY_DROPS"))
+            })
+            .collect()
     }
 }
 

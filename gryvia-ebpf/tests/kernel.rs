@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use gryvia_ebpf::{Collector, Options, Programs, Snapshot, host};
+use gryvia_ebpf::{
+    Collector, DIRECTION_EGRESS, DenyEntry, DenyKey, Options, Programs, Snapshot, host,
+};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -280,6 +282,128 @@ fn udp_across_a_veth_pair_is_counted_by_xdp_and_the_cgroup() {
         (t.tx_packets, t.tx_bytes, t.tx_payload),
         (count, count * (20 + 8 + size), count * size),
         "{t:?}"
+    );
+    drop(collector);
+    let _ = Command::new("ip").args(["link", "del", &host_if]).status();
+}
+
+/// Sends `count` datagrams of `size` bytes from the namespace to `to` and returns how many the
+/// kernel refused and how many frames reached the host's end of the veth (XDP).
+fn udp_through(
+    collector: &Collector,
+    cg: &TestCgroup,
+    ns: &Netns,
+    ifindex: u32,
+    to: &str,
+    count: u64,
+) -> (u64, u64) {
+    let before = collector.snapshot().unwrap();
+    let run = traffic(
+        &cg.path,
+        Some(&ns.0),
+        &format!("udp --to {to} --count {count} --size 100"),
+    );
+    let after = collector.snapshot().unwrap();
+    let frames = |s: &Snapshot| s.interfaces.get(&ifindex).map_or(0, |t| t.rx_packets);
+    (
+        run["refused"].as_u64().unwrap(),
+        frames(&after) - frames(&before),
+    )
+}
+
+#[test]
+fn a_deny_entry_drops_exactly_its_traffic_and_counts_it_per_rule() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _tracefs = TracefsGuard::new();
+    let ns = Netns::new();
+    let host_if = unique("gdh");
+    let peer_if = unique("gdp");
+    sh(&format!(
+        "ip link add {host_if} type veth peer name {peer_if} && \
+         ip link set {peer_if} netns {n} && \
+         sysctl -qw net.ipv6.conf.{host_if}.disable_ipv6=1 && \
+         ip netns exec {n} sysctl -qw net.ipv6.conf.{peer_if}.disable_ipv6=1 && \
+         ip addr add 10.213.9.1/30 dev {host_if} && \
+         ip netns exec {n} ip addr add 10.213.9.2/30 dev {peer_if} && \
+         ip link set {host_if} up && ip netns exec {n} ip link set {peer_if} up && \
+         ip netns exec {n} ip neigh replace 10.213.9.1 lladdr $(cat /sys/class/net/{host_if}/address) dev {peer_if} nud permanent && \
+         ip neigh replace 10.213.9.2 lladdr $(ip netns exec {n} cat /sys/class/net/{peer_if}/address) dev {host_if} nud permanent",
+        n = ns.0
+    ));
+    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{host_if}/ifindex"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut collector = start(&Options {
+        programs: Programs {
+            tcp_flows: false,
+            tcp_retransmits: false,
+            ..Programs::default()
+        },
+        interfaces: vec![host_if.clone()],
+        ..Options::default()
+    });
+    let cg = TestCgroup::new();
+    let pod = [10, 213, 9, 2];
+    // Rule 3: UDP to port 9 of the /24 (the trie matches the host's .1 by prefix).
+    let udp9 = DenyEntry {
+        key: DenyKey {
+            direction: DIRECTION_EGRESS,
+            protocol: 17,
+            port: 9,
+            local: pod,
+            remote: [10, 213, 9, 0],
+        },
+        remote_prefix: 24,
+        rule: 3,
+    };
+    collector.set_deny(&[udp9]).unwrap();
+    let (count, to9, to10) = (50u64, "10.213.9.1:9", "10.213.9.1:10");
+    // Denied: every datagram refused at the sender, none on the wire, each counted on rule 3.
+    assert_eq!(
+        udp_through(&collector, &cg, &ns, ifindex, to9, count),
+        (count, 0)
+    );
+    // Another port of the same peer is untouched.
+    assert_eq!(
+        udp_through(&collector, &cg, &ns, ifindex, to10, count),
+        (0, count)
+    );
+    let drops = collector.deny_drops().unwrap();
+    assert_eq!((drops[3], drops.iter().sum::<u64>()), (count, count));
+    // Dropped packets are not counted as the pod's traffic: only port 10's left.
+    let t = collector.snapshot().unwrap().cgroups[&cg.id];
+    assert_eq!((t.tx_packets, t.tx_payload), (count, count * 100), "{t:?}");
+
+    // Replaced by rule 5: everything to the host's /32, any protocol and port.
+    let all = DenyEntry {
+        key: DenyKey {
+            direction: DIRECTION_EGRESS,
+            protocol: 0,
+            port: 0,
+            local: pod,
+            remote: [10, 213, 9, 1],
+        },
+        remote_prefix: 32,
+        rule: 5,
+    };
+    collector.set_deny(&[all]).unwrap();
+    assert_eq!(
+        udp_through(&collector, &cg, &ns, ifindex, to10, count),
+        (count, 0)
+    );
+    let drops = collector.deny_drops().unwrap();
+    assert_eq!((drops[3], drops[5]), (count, count));
+
+    // No entries: nothing is dropped any more.
+    collector.set_deny(&[]).unwrap();
+    assert_eq!(
+        udp_through(&collector, &cg, &ns, ifindex, to9, count),
+        (0, count)
     );
     drop(collector);
     let _ = Command::new("ip").args(["link", "del", &host_if]).status();

@@ -26,6 +26,17 @@ pub const MAX_INTERFACES: u32 = 256;
 /// TCP states (`TCP_ESTABLISHED` = 1 ... `TCP_NEW_SYN_RECV` = 12), rounded up.
 pub const TCP_STATES: u32 = 16;
 
+/// Capacity of the deny map (entries: a local address, a remote prefix, a port).
+pub const MAX_DENY_ENTRIES: u32 = 65_536;
+/// Deny rules with their own drop counter.
+pub const MAX_DENY_RULES: u32 = 1_024;
+/// A deny entry's bits before the remote address: direction, protocol, port, local address.
+pub const DENY_EXACT_BITS: u32 = 64;
+/// [`DenyKey::direction`] of packets into the local socket.
+pub const DIRECTION_INGRESS: u8 = 0;
+/// [`DenyKey::direction`] of packets out of the local socket.
+pub const DIRECTION_EGRESS: u8 = 1;
+
 /// `TCP_ESTABLISHED`.
 pub const TCP_ESTABLISHED: u32 = 1;
 /// `TCP_CLOSE`.
@@ -152,6 +163,26 @@ impl FlowKey {
     }
 }
 
+/// The key data of the `DENY` longest-prefix-match map: the first [`DENY_EXACT_BITS`] bits match
+/// exactly, the remote address by prefix. 12 bytes, no implicit padding.
+///
+/// `protocol` 0 with `port` 0 stands for every protocol and port; addresses in network byte
+/// order, the port in host order (the local pod's port for ingress, the remote's for egress).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DenyKey {
+    /// [`DIRECTION_INGRESS`] or [`DIRECTION_EGRESS`].
+    pub direction: u8,
+    /// IP protocol, or 0 for any.
+    pub protocol: u8,
+    /// The port, or 0 for any.
+    pub port: u16,
+    /// The local (pod) IPv4 address.
+    pub local: [u8; 4],
+    /// The remote IPv4 address (only its first `prefix_len - DENY_EXACT_BITS` bits count).
+    pub remote: [u8; 4],
+}
+
 /// Packets and bytes in both directions. Bytes are `skb->len` (from the IP header on) for
 /// cgroup programs and whole frames for the interface program; `*_payload` is what is left
 /// after the IP and TCP/UDP headers.
@@ -247,6 +278,8 @@ mod user {
     unsafe impl aya::Pod for super::TcpEvents {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Rtt {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::DenyKey {}
 }
 
 #[cfg(test)]
@@ -257,6 +290,7 @@ mod tests {
     #[test]
     fn records_have_no_implicit_padding() {
         assert_eq!(size_of::<FlowKey>(), 40);
+        assert_eq!(size_of::<DenyKey>(), 12);
         assert_eq!(size_of::<Traffic>(), 48);
         assert_eq!(size_of::<FlowTraffic>(), 56);
         assert_eq!(size_of::<TcpEvents>(), 40);

@@ -2,7 +2,9 @@
 //!
 //! - `cgroup_ingress` / `cgroup_egress` (cgroup_skb, attached at the cgroup v2 root): packets,
 //!   `skb->len` bytes and transport payload per cgroup (so per pod) and per flow (5-tuple from
-//!   the local socket's side, with the socket's cgroup id to join it to a pod).
+//!   the local socket's side, with the socket's cgroup id to join it to a pod). While the
+//!   `DENY` map holds entries (GryviaFlowPolicy `action: deny`), an IPv4 packet that matches
+//!   one is dropped and counted per rule in `DENY_DROPS` instead.
 //! - `tcp_state` (tracepoint `sock/inet_sock_set_state`): connection lifecycle per flow.
 //! - `tcp_retransmit` (tracepoint `tcp/tcp_retransmit_skb`): retransmitted segments per flow.
 //! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow.
@@ -17,11 +19,14 @@
 use aya_ebpf::bindings::xdp_action;
 use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_skb_cgroup_id};
 use aya_ebpf::macros::{cgroup_skb, map, tracepoint, xdp};
-use aya_ebpf::maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuHashMap};
+use aya_ebpf::maps::lpm_trie::Key;
+use aya_ebpf::maps::{Array, LpmTrie, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap};
 use aya_ebpf::programs::{SkBuffContext, TracePointContext, XdpContext};
 use gryvia_ebpf_common::{
-    AF_INET, AF_INET6, FlowKey, FlowTraffic, IPPROTO_TCP, IPPROTO_UDP, MAX_CGROUPS, MAX_FLOWS,
-    MAX_INTERFACES, Rtt, TCP_CLOSE, TCP_ESTABLISHED, TCP_STATES, TcpEvents, Traffic, config,
+    AF_INET, AF_INET6, DENY_EXACT_BITS, DIRECTION_EGRESS, DIRECTION_INGRESS, DenyKey, FlowKey,
+    FlowTraffic, IPPROTO_TCP, IPPROTO_UDP, MAX_CGROUPS, MAX_DENY_ENTRIES, MAX_DENY_RULES,
+    MAX_FLOWS, MAX_INTERFACES, Rtt, TCP_CLOSE, TCP_ESTABLISHED, TCP_STATES, TcpEvents, Traffic,
+    config,
 };
 
 /// Tracepoint field offsets (see `gryvia_ebpf_common::config`).
@@ -47,6 +52,16 @@ static TCP_RTT: LruHashMap<FlowKey, Rtt> = LruHashMap::with_max_entries(MAX_FLOW
 static IFACE_TRAFFIC: PerCpuHashMap<u32, Traffic> =
     PerCpuHashMap::with_max_entries(MAX_INTERFACES, 0);
 
+/// Entries in `DENY` (slot 0), written by the loader: 0 skips the deny lookups.
+#[map]
+static DENY_ACTIVE: Array<u32> = Array::with_max_entries(1, 0);
+/// Denied traffic: local address, port and remote prefix -> the rule's index.
+#[map]
+static DENY: LpmTrie<DenyKey, u32> = LpmTrie::with_max_entries(MAX_DENY_ENTRIES, 0);
+/// Packets dropped per rule index.
+#[map]
+static DENY_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_DENY_RULES, 0);
+
 #[inline(always)]
 fn offset(slot: u32) -> usize {
     CONFIG.get(slot).copied().unwrap_or(0) as usize
@@ -56,14 +71,51 @@ fn offset(slot: u32) -> usize {
 
 #[cgroup_skb]
 pub fn cgroup_ingress(ctx: SkBuffContext) -> i32 {
-    count_skb(&ctx, false);
-    1 // allow: this program only counts
+    count_skb(&ctx, false)
 }
 
 #[cgroup_skb]
 pub fn cgroup_egress(ctx: SkBuffContext) -> i32 {
-    count_skb(&ctx, true);
-    1
+    count_skb(&ctx, true)
+}
+
+/// Whether a deny entry matches the packet; a match is counted against its rule.
+#[inline(always)]
+fn denied(key: &FlowKey, egress: bool) -> bool {
+    if DENY_ACTIVE.get(0).copied().unwrap_or(0) == 0 || key.family != AF_INET {
+        return false;
+    }
+    let mut k = Key::new(
+        DENY_EXACT_BITS + 32,
+        DenyKey {
+            direction: if egress { DIRECTION_EGRESS } else { DIRECTION_INGRESS },
+            protocol: key.protocol,
+            port: if egress { key.remote_port } else { key.local_port },
+            local: [key.local_addr[0], key.local_addr[1], key.local_addr[2], key.local_addr[3]],
+            remote: [
+                key.remote_addr[0],
+                key.remote_addr[1],
+                key.remote_addr[2],
+                key.remote_addr[3],
+            ],
+        },
+    );
+    let rule = match DENY.get(&k) {
+        Some(r) => *r,
+        None => {
+            // Entries for every protocol and port.
+            k.data.protocol = 0;
+            k.data.port = 0;
+            match DENY.get(&k) {
+                Some(r) => *r,
+                None => return false,
+            }
+        }
+    };
+    if let Some(p) = DENY_DROPS.get_ptr_mut(rule) {
+        unsafe { *p += 1 };
+    }
+    true
 }
 
 /// What the IP and transport headers say: the flow key from the local side, and the header
@@ -107,11 +159,17 @@ fn parse(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
     Some((key, header as u64))
 }
 
+/// Counts the packet and returns the verdict (1 passes it, 0 drops it).
 #[inline(always)]
-fn count_skb(ctx: &SkBuffContext, egress: bool) {
+fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
+    let parsed = parse(ctx, egress);
+    if let Some((key, _)) = &parsed
+        && denied(key, egress)
+    {
+        return 0;
+    }
     let len = ctx.len() as u64;
     let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
-    let parsed = parse(ctx, egress);
     let payload = match parsed {
         Some((_, header)) if len > header => len - header,
         _ => 0,
@@ -132,9 +190,9 @@ fn count_skb(ctx: &SkBuffContext, egress: bool) {
             let _ = CGROUP_TRAFFIC.insert(cgroup, t, 0);
         }
     }
-    let Some((key, _)) = parsed else { return };
+    let Some((key, _)) = parsed else { return 1 };
     if key.protocol != IPPROTO_TCP && key.protocol != IPPROTO_UDP {
-        return;
+        return 1;
     }
     match FLOW_TRAFFIC.get_ptr_mut(key) {
         Some(p) => unsafe {
@@ -152,6 +210,7 @@ fn count_skb(ctx: &SkBuffContext, egress: bool) {
             );
         }
     }
+    1
 }
 
 // ----------------------------------------------------------------------------- tracepoints

@@ -6,7 +6,8 @@
 //!     N connections one after the other on a fresh port: the client sends B bytes, the server
 //!     answers R bytes, the client closes first.
 //! gryvia-traffic udp --to IP:PORT --count N --size S
-//!     N datagrams of S bytes.
+//!     N datagrams of S bytes; a send the kernel refuses with EPERM (a cgroup program dropped
+//!     it) is counted as refused, not an error.
 //! gryvia-traffic throughput --seconds S [--addr IP]
 //!     one connection sending as fast as it can for S seconds.
 //! ```
@@ -110,12 +111,17 @@ fn udp(args: &[String]) -> Result<String, String> {
     let s = UdpSocket::bind(bind).map_err(io("bind"))?;
     let local = s.local_addr().map_err(io("bind"))?;
     let data = vec![b'u'; size];
+    let mut refused = 0usize;
     for _ in 0..count {
-        s.send_to(&data, to).map_err(io("send"))?;
+        match s.send_to(&data, to) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => refused += 1,
+            Err(e) => return Err(format!("send: {e}")),
+        }
         // Paced, so no queue on the path ever drops one.
         std::thread::sleep(Duration::from_millis(1));
     }
-    Ok(serde_json::json!({"port": local.port(), "count": count, "size": size, "to": to.to_string()}).to_string())
+    Ok(serde_json::json!({"port": local.port(), "count": count, "size": size, "to": to.to_string(), "refused": refused}).to_string())
 }
 
 fn throughput(args: &[String]) -> Result<String, String> {
