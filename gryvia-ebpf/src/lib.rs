@@ -505,23 +505,33 @@ impl Collector {
             .copied()
             .filter(|r| !used.contains(r))
             .collect();
-        if !fresh.is_empty() {
-            let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Map {
-                map: "DENY_DROPS".into(),
-                reason: format!("{what}: {e}"),
-            })?;
-            let mut drops: PerCpuArray<&mut MapData, u64> =
-                PerCpuArray::try_from(map_mut(&mut self.ebpf, "DENY_DROPS")?)
-                    .map_err(map_err("DENY_DROPS"))?;
-            for rule in fresh {
-                let zero = PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| Error::Map {
-                    map: "DENY_DROPS".into(),
-                    reason: e.to_string(),
-                })?;
-                drops.set(rule, zero, 0).map_err(map_err("DENY_DROPS"))?;
-            }
-        }
+        self.reset_drops(&fresh.into_iter().collect::<Vec<_>>())?;
         self.set_deny_active(u32::try_from(wanted.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Sets the drop counters of `rules` to zero (a rule index given to another policy).
+    ///
+    /// # Errors
+    /// [`Error::Map`] when the kernel refuses the write or an index is out of range.
+    pub fn reset_drops(&mut self, rules: &[u32]) -> Result<()> {
+        if rules.is_empty() {
+            return Ok(());
+        }
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| Error::Map {
+            map: "DENY_DROPS".into(),
+            reason: format!("{what}: {e}"),
+        })?;
+        let mut drops: PerCpuArray<&mut MapData, u64> =
+            PerCpuArray::try_from(map_mut(&mut self.ebpf, "DENY_DROPS")?)
+                .map_err(map_err("DENY_DROPS"))?;
+        for &rule in rules {
+            let zero = PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| Error::Map {
+                map: "DENY_DROPS".into(),
+                reason: e.to_string(),
+            })?;
+            drops.set(rule, zero, 0).map_err(map_err("DENY_DROPS"))?;
+        }
+        Ok(())
     }
 
     fn set_deny_active(&mut self, n: u32) -> Result<()> {

@@ -126,15 +126,65 @@ pub enum Protocol {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaFlowPolicyStatus {
-    /// NetworkPolicy rendered from it.
+    /// NetworkPolicy rendered from it (`allow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<String>,
-    /// Flows seen outside the policy (audit mode).
+    /// Distinct flows seen outside the policy's rules (`audit`), since `since`.
     #[serde(default)]
     pub violations: i64,
-    /// Conditions.
+    /// The latest flows outside the rules (`audit`), at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_violations: Vec<String>,
+    /// What the collectors drop (`deny`): the selected pods' addresses and the rules with their
+    /// peers resolved to address blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<ResolvedDeny>,
+    /// Packets dropped (`deny`), summed over the nodes.
+    #[serde(default)]
+    pub drops: i64,
+    /// Packets dropped per node, as each node's collector reports it (since it started).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drops_by_node: BTreeMap<String, i64>,
+    /// When audit counting started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Per node, the end of the last GryviaFlowAggregate window audited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, Time>,
+    /// Generation of the spec the status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions (`Ready`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A deny policy resolved to addresses, which every node's collector turns into entries of
+/// its eBPF deny map for the pods it runs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedDeny {
+    /// IPv4 addresses of the pods the policy selects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    /// Denied traffic into them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingress: Vec<ResolvedRule>,
+    /// Denied traffic out of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<ResolvedRule>,
+}
+
+/// A rule's peers as IPv4 address blocks, and its ports (every port and protocol when empty).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedRule {
+    /// Peer address blocks (`a.b.c.d/n`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+    /// Ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<FlowPort>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -201,12 +251,73 @@ pub struct GryviaAutoPolicyStatus {
     /// Distinct flows observed.
     #[serde(default)]
     pub observed_flows: i64,
-    /// The suggested rules.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suggestion: Option<GryviaFlowPolicySpec>,
+    /// The flows learned so far (client, server, port, protocol), at most 2,000.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<LearnedFlow>,
+    /// Per node, the end of the last GryviaFlowAggregate window learned from.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub folded: BTreeMap<String, Time>,
+    /// Once learning is over: one allow policy per workload the flows reach, allowing exactly
+    /// the flows seen into and out of it (`enforce` applies each as a GryviaFlowPolicy of the
+    /// same name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggestions: Vec<SuggestedPolicy>,
+    /// The GryviaFlowPolicies applied (`enforce`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<String>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A flow an auto policy saw. A pod end is `pod:<namespace>/<workload>` with the labels that
+/// select the workload's pods; any other end is `ip:<address>`.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LearnedFlow {
+    /// The client.
+    pub from: FlowEnd,
+    /// The server.
+    pub to: FlowEnd,
+    /// The server's port.
+    pub port: i32,
+    /// Protocol.
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+/// One end of a learned flow.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowEnd {
+    /// The namespace of a pod end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The workload of a pod end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    /// The labels that select the workload's pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    /// The address of an end that is no pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// A policy an auto policy suggests.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuggestedPolicy {
+    /// Its name (`<auto policy>-<workload>`).
+    pub name: String,
+    /// The workload it is for, `namespace/name`.
+    pub workload: String,
+    /// The rules.
+    pub spec: GryviaFlowPolicySpec,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -717,6 +828,10 @@ pub struct GryviaFabricSignalStatus {
     /// The programs the collector runs, sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<CollectorProgram>,
+    /// Packets the node's deny entries dropped since the collector started, per
+    /// GryviaFlowPolicy (`namespace/name`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub policy_drops: BTreeMap<String, i64>,
     /// When the collector wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,

@@ -7,6 +7,10 @@
 //! privileged pod with the host's cgroup and network namespaces); off by default in
 //! `deploy/collector/` (it runs only on nodes labelled `gryvia.io/collector=enabled`).
 //!
+//! GryviaFlowPolicies with `action: deny` (resolved to addresses by the network-operator) are
+//! watched; their entries for this node's pods go into the programs' deny map, and the drops
+//! per policy into the GryviaFabricSignal's `policyDrops` (`deny.rs`).
+//!
 //! A thin binary: flags and wiring. The kernel side and the window arithmetic are
 //! `gryvia_ebpf`; this file lists pods and writes objects.
 
@@ -35,6 +39,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::json;
 use tracing::{info, warn};
+
+mod deny;
 
 const MANAGER: &str = "gryvia-collector";
 
@@ -399,6 +405,7 @@ fn switch(
 
 async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
     let (client, mut rx) = connect(flags, &defaults).await?;
+    let mut deny = deny::Enforcer::new(client.as_ref());
     let first = rx
         .borrow_and_update()
         .clone()
@@ -408,14 +415,7 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
     if let Some(c) = &client {
         ensure_objects(c, &flags.node).await?;
     }
-    let metrics = Metrics::new();
-    let net = NetMetrics::register(&metrics);
-    let health = Health::default();
-    tokio::spawn(gryvia_client::metrics::serve(
-        flags.metrics_addr,
-        metrics.clone(),
-        health.clone(),
-    ));
+    let (net, health) = serve_metrics(flags.metrics_addr);
     let mut resolver = PodResolver {
         cgroups: CgroupIndex::scan(running.collector.cgroup()),
         pods: BTreeMap::new(),
@@ -438,6 +438,7 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
                 running = r;
                 failed = error.map(|e| (desired, e));
                 if reloaded {
+                    deny.reloaded(&mut running.collector);
                     // Counters start again with the programs: the next window is from now.
                     before = Snapshot::default();
                     start_at = now();
@@ -445,6 +446,20 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
                 }
                 continue;
             }
+            Ok(()) = deny.rx.changed() => {
+                deny.enforce(&mut running.collector);
+                continue;
+            }
+        }
+        if let Some(c) = &client {
+            refresh_pods(
+                c,
+                &flags.node,
+                &mut resolver,
+                &mut deny,
+                &mut running.collector,
+            )
+            .await;
         }
         let collector = &running.collector;
         let snapshot = collector.snapshot()?;
@@ -457,23 +472,14 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
         {
             resolver.cgroups = CgroupIndex::scan(collector.cgroup());
         }
-        if let Some(c) = &client {
-            match node_pods(c, &flags.node).await {
-                Ok(p) => resolver.pods = p,
-                Err(e) => warn!(error = %format!("{e:#}"), "list this node's pods"),
-            }
-        }
-        let secs = i32::try_from(running.settings.interval_seconds).unwrap_or(i32::MAX);
-        let mut fabric = report::fabric_signal_status(&window, &running.ifaces, secs, end.clone());
-        fabric.programs = running.settings.programs.iter().copied().collect();
-        fabric.config = applied(&running, failed.as_ref());
-        let links: BTreeMap<String, report::Link> = running
-            .ifaces
-            .values()
-            .map(|n| (n.clone(), report::read_link(Path::new("/sys/class/net"), n)))
-            .collect();
-        report::add_links(&mut fabric, &links, &links_before);
-        links_before = links;
+        let fabric = fabric_of(
+            &running,
+            failed.as_ref(),
+            &deny,
+            &window,
+            &end,
+            &mut links_before,
+        );
         record(&net, &window, &fabric, &resolver, collector);
         net.tracked
             .set(i64::try_from(snapshot.flows.len()).unwrap_or(i64::MAX));
@@ -493,6 +499,63 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Serves /metrics, /healthz and /readyz at `addr`: the collector's counters and readiness.
+fn serve_metrics(addr: SocketAddr) -> (NetMetrics, Health) {
+    let metrics = Metrics::new();
+    let net = NetMetrics::register(&metrics);
+    let health = Health::default();
+    tokio::spawn(gryvia_client::metrics::serve(
+        addr,
+        metrics.clone(),
+        health.clone(),
+    ));
+    (net, health)
+}
+
+/// The window as the status of the node's GryviaFabricSignal; `links_before` moves on to the
+/// links read now.
+fn fabric_of(
+    running: &Running,
+    failed: Option<&(Settings, String)>,
+    deny: &deny::Enforcer,
+    window: &Snapshot,
+    end: &Time,
+    links_before: &mut BTreeMap<String, report::Link>,
+) -> GryviaFabricSignalStatus {
+    let secs = i32::try_from(running.settings.interval_seconds).unwrap_or(i32::MAX);
+    let mut fabric = report::fabric_signal_status(window, &running.ifaces, secs, end.clone());
+    fabric.programs = running.settings.programs.iter().copied().collect();
+    fabric.config = applied(running, failed);
+    fabric.policy_drops = deny.drops(&running.collector);
+    let links: BTreeMap<String, report::Link> = running
+        .ifaces
+        .values()
+        .map(|n| (n.clone(), report::read_link(Path::new("/sys/class/net"), n)))
+        .collect();
+    report::add_links(&mut fabric, &links, links_before);
+    *links_before = links;
+    fabric
+}
+
+/// Lists this node's pods again (for the cgroup join and the deny entries' addresses) and
+/// loads the deny entries for them.
+async fn refresh_pods(
+    client: &kube::Client,
+    node: &str,
+    resolver: &mut PodResolver,
+    deny: &mut deny::Enforcer,
+    collector: &mut Collector,
+) {
+    match node_pods(client, node).await {
+        Ok((pods, ips)) => {
+            resolver.pods = pods;
+            deny.local = ips;
+        }
+        Err(e) => warn!(error = %format!("{e:#}"), "list this node's pods"),
+    }
+    deny.enforce(collector);
 }
 
 /// The API client (none with `--no-kubernetes`), and the settings the node follows, watched; waits up to [`CONFIG_WAIT`] for the first, so the
@@ -620,8 +683,12 @@ fn record(
     }
 }
 
-/// This node's pods by UID, with the tenant of the pod or its namespace.
-async fn node_pods(client: &kube::Client, node: &str) -> anyhow::Result<BTreeMap<String, PodRef>> {
+/// This node's pods by UID, with the tenant of the pod or its namespace; and the addresses of
+/// those with their own (not the host's network).
+async fn node_pods(
+    client: &kube::Client,
+    node: &str,
+) -> anyhow::Result<(BTreeMap<String, PodRef>, BTreeSet<String>)> {
     let pods = Api::<Pod>::all(client.clone())
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
@@ -638,7 +705,13 @@ async fn node_pods(client: &kube::Client, node: &str) -> anyhow::Result<BTreeMap
             Some((n.metadata.name?, t))
         })
         .collect();
-    Ok(pods
+    let ips = pods
+        .items
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.host_network) != Some(true))
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    let by_uid = pods
         .items
         .into_iter()
         .filter_map(|p| {
@@ -659,7 +732,8 @@ async fn node_pods(client: &kube::Client, node: &str) -> anyhow::Result<BTreeMap
                 },
             ))
         })
-        .collect())
+        .collect();
+    Ok((by_uid, ips))
 }
 
 /// Creates the node's GryviaFabricSignal and GryviaFlowAggregate when they are missing.

@@ -23,32 +23,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-fn root() -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .unwrap_or_default();
-    if uid == "0" {
-        return true;
-    }
-    let demanded = std::env::var("GRYVIA_EBPF").is_ok_and(|v| v == "1" || v == "true");
-    assert!(
-        !demanded,
-        "GRYVIA_EBPF=1 but not root: the collector needs root"
-    );
-    eprintln!("skipping the collector config e2e test: not root");
-    false
-}
-
-fn collector_binary() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-network-operator"))
-        .with_file_name("gryvia-collector")
-}
-
 /// The node's signal, once `check` holds for its status.
 async fn signal_once(
     api: &Api<GryviaFabricSignal>,
@@ -98,7 +72,7 @@ async fn config_ready(
 )]
 async fn the_collector_follows_its_nodes_config_without_a_restart_and_the_config_says_who_runs_it()
 {
-    if !root() {
+    if !common::root("the collector config e2e test") {
         return;
     }
     let Some(client) = gryvia_testsupport::client().await else {
@@ -139,7 +113,7 @@ async fn the_collector_follows_its_nodes_config_without_a_restart_and_the_config
     let port = 19_900 + u16::try_from(std::process::id() % 90).unwrap();
     let addr = format!("127.0.0.1:{port}");
     let _collector = Process::start(
-        collector_binary().to_str().unwrap(),
+        common::sibling("gryvia-collector").to_str().unwrap(),
         &[
             "--node",
             &node,

@@ -6,6 +6,7 @@
 pub mod aijob;
 pub mod budget;
 pub mod collector_config;
+pub mod flow_policy;
 pub mod health_check;
 pub mod invoice;
 pub mod job_hook;

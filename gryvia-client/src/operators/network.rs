@@ -5,12 +5,14 @@
 //! window; each GryviaNetworkCost prices what crosses zones and leaves the cluster, and one of
 //! them writes it as usage records for invoices; each GryviaTrainingInsight names the ranks of a
 //! distributed job that move less than the others; each GryviaCollectorConfig says how many
-//! nodes' collectors run it.
+//! nodes' collectors run it; each GryviaFlowPolicy becomes a NetworkPolicy (`allow`), addresses
+//! for the collectors' eBPF deny maps (`deny`) or an audit of the flows (`audit`); each
+//! GryviaAutoPolicy learns its pods' flows and suggests or applies flow policies.
 
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
 use crate::controllers::{
-    collector_config, network_baseline, network_cost, service_graph, training_insight,
+    collector_config, flow_policy, network_baseline, network_cost, service_graph, training_insight,
 };
 
 /// Name of the operator (its Lease, its logs).
@@ -35,6 +37,8 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
         .with(network_cost::controller)
         .with(training_insight::controller)
         .with(collector_config::controller)
+        .with(flow_policy::flow_policy_controller)
+        .with(flow_policy::auto_policy_controller)
 }
 
 /// Runs the network-operator until SIGTERM.
@@ -42,6 +46,8 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
 /// # Errors
 /// What [`super::run_blocking`] returns.
 pub fn run(flags: &Flags) -> Result<()> {
-    tracing::info!("network baselines, anomalies, service graphs and network cost on");
+    tracing::info!(
+        "network baselines, anomalies, service graphs, network cost, training insights, collector configs, flow and auto policies on"
+    );
     super::run_blocking(NAME, &flags.operator, controllers(flags), None)
 }

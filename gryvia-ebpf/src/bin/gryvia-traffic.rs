@@ -5,8 +5,8 @@
 //! gryvia-traffic tcp --connections N --bytes B --reply R [--addr IP]
 //!     N connections one after the other on a fresh port: the client sends B bytes, the server
 //!     answers R bytes, the client closes first.
-//! gryvia-traffic udp --to IP:PORT --count N --size S
-//!     N datagrams of S bytes; a send the kernel refuses with EPERM (a cgroup program dropped
+//! gryvia-traffic udp --to IP:PORT --count N --size S [--from IP]
+//!     N datagrams of S bytes (from IP, when given); a send the kernel refuses with EPERM (a cgroup program dropped
 //!     it) is counted as refused, not an error.
 //! gryvia-traffic throughput --seconds S [--addr IP]
 //!     one connection sending as fast as it can for S seconds.
@@ -107,8 +107,13 @@ fn udp(args: &[String]) -> Result<String, String> {
     let to: SocketAddr = flag(args, "--to", None)?;
     let count: usize = flag(args, "--count", Some(100))?;
     let size: usize = flag(args, "--size", Some(200))?;
-    let bind = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
-    let s = UdpSocket::bind(bind).map_err(io("bind"))?;
+    let any: IpAddr = if to.is_ipv4() {
+        IpAddr::from([0, 0, 0, 0])
+    } else {
+        IpAddr::from([0u16; 8])
+    };
+    let from: IpAddr = flag(args, "--from", Some(any))?;
+    let s = UdpSocket::bind(SocketAddr::new(from, 0)).map_err(io("bind"))?;
     let local = s.local_addr().map_err(io("bind"))?;
     let data = vec![b'u'; size];
     let mut refused = 0usize;

@@ -796,7 +796,48 @@ class GryviaAutoPolicyStatusConditions(Object):
     def type(self) -> str:
         """type of condition in CamelCase or in foo.example.com/CamelCase."""
 
-class GryviaAutoPolicyStatusSuggestionEgressPorts(Object):
+class GryviaAutoPolicyStatusFlowsTo(Object):
+    """The server."""
+    @property
+    def address(self) -> str:
+        """The address of an end that is no pod.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'address' in obj`` tells).
+        """
+    @property
+    def namespace(self) -> str:
+        """The namespace of a pod end.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'namespace' in obj`` tells).
+        """
+    @property
+    def selector(self) -> ObjectMap[str]:
+        """The labels that select the workload's pods.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'selector' in obj`` tells).
+        """
+    @property
+    def workload(self) -> str:
+        """The workload of a pod end.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'workload' in obj`` tells).
+        """
+
+class GryviaAutoPolicyStatusFlows(Object):
+    """A flow an auto policy saw. A pod end is `pod:<namespace>/<workload>` with the labels that
+    select the workload's pods; any other end is `ip:<address>`.
+    """
+    @property
+    def port(self) -> int:
+        """The server's port."""
+    @property
+    def protocol(self) -> str:
+        """Protocol."""
+    @property
+    def to(self) -> GryviaAutoPolicyStatusFlowsTo:
+        """The server."""
+
+class GryviaAutoPolicyStatusSuggestionsSpecEgressPorts(Object):
     """A port and protocol."""
     @property
     def port(self) -> int:
@@ -805,7 +846,7 @@ class GryviaAutoPolicyStatusSuggestionEgressPorts(Object):
     def protocol(self) -> str:
         """Protocol."""
 
-class GryviaAutoPolicyStatusSuggestionEgress(Object):
+class GryviaAutoPolicyStatusSuggestionsSpecEgress(Object):
     """A peer and ports."""
     @property
     def cidrs(self) -> List[str]:
@@ -826,13 +867,13 @@ class GryviaAutoPolicyStatusSuggestionEgress(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'podSelector' in obj`` tells).
         """
     @property
-    def ports(self) -> List[GryviaAutoPolicyStatusSuggestionEgressPorts]:
+    def ports(self) -> List[GryviaAutoPolicyStatusSuggestionsSpecEgressPorts]:
         """Ports (all when empty).
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'ports' in obj`` tells).
         """
 
-class GryviaAutoPolicyStatusSuggestionIngressPorts(Object):
+class GryviaAutoPolicyStatusSuggestionsSpecIngressPorts(Object):
     """A port and protocol."""
     @property
     def port(self) -> int:
@@ -841,7 +882,7 @@ class GryviaAutoPolicyStatusSuggestionIngressPorts(Object):
     def protocol(self) -> str:
         """Protocol."""
 
-class GryviaAutoPolicyStatusSuggestionIngress(Object):
+class GryviaAutoPolicyStatusSuggestionsSpecIngress(Object):
     """A peer and ports."""
     @property
     def cidrs(self) -> List[str]:
@@ -862,22 +903,22 @@ class GryviaAutoPolicyStatusSuggestionIngress(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'podSelector' in obj`` tells).
         """
     @property
-    def ports(self) -> List[GryviaAutoPolicyStatusSuggestionIngressPorts]:
+    def ports(self) -> List[GryviaAutoPolicyStatusSuggestionsSpecIngressPorts]:
         """Ports (all when empty).
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'ports' in obj`` tells).
         """
 
-class GryviaAutoPolicyStatusSuggestion(Object):
-    """The suggested rules."""
+class GryviaAutoPolicyStatusSuggestionsSpec(Object):
+    """The rules."""
     @property
     def action(self) -> str:
         """What happens to matching traffic."""
     @property
-    def egress(self) -> List[GryviaAutoPolicyStatusSuggestionEgress]:
+    def egress(self) -> List[GryviaAutoPolicyStatusSuggestionsSpecEgress]:
         """Traffic out of the selected pods."""
     @property
-    def ingress(self) -> List[GryviaAutoPolicyStatusSuggestionIngress]:
+    def ingress(self) -> List[GryviaAutoPolicyStatusSuggestionsSpecIngress]:
         """Traffic into the selected pods."""
     @property
     def pod_selector(self) -> ObjectMap[str]:
@@ -886,13 +927,43 @@ class GryviaAutoPolicyStatusSuggestion(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'podSelector' in obj`` tells).
         """
 
+class GryviaAutoPolicyStatusSuggestions(Object):
+    """A policy an auto policy suggests."""
+    @property
+    def name(self) -> str:
+        """Its name (`<auto policy>-<workload>`)."""
+    @property
+    def spec(self) -> GryviaAutoPolicyStatusSuggestionsSpec:
+        """The rules."""
+    @property
+    def workload(self) -> str:
+        """The workload it is for, `namespace/name`."""
+
 class GryviaAutoPolicyStatus(Object):
     """Observed state of an auto policy."""
+    @property
+    def applied(self) -> List[str]:
+        """The GryviaFlowPolicies applied (`enforce`).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'applied' in obj`` tells).
+        """
     @property
     def conditions(self) -> List[GryviaAutoPolicyStatusConditions]:
         """Conditions.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'conditions' in obj`` tells).
+        """
+    @property
+    def flows(self) -> List[GryviaAutoPolicyStatusFlows]:
+        """The flows learned so far (client, server, port, protocol), at most 2,000.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'flows' in obj`` tells).
+        """
+    @property
+    def folded(self) -> ObjectMap[str]:
+        """Per node, the end of the last GryviaFlowAggregate window learned from.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'folded' in obj`` tells).
         """
     @property
     def learning_since(self) -> str:
@@ -910,10 +981,12 @@ class GryviaAutoPolicyStatus(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'phase' in obj`` tells).
         """
     @property
-    def suggestion(self) -> GryviaAutoPolicyStatusSuggestion:
-        """The suggested rules.
+    def suggestions(self) -> List[GryviaAutoPolicyStatusSuggestions]:
+        """Once learning is over: one allow policy per workload the flows reach, allowing exactly
+        the flows seen into and out of it (`enforce` applies each as a GryviaFlowPolicy of the
+        same name).
 
-        Optional: reading it when it is unset raises ``AttributeError`` (``'suggestion' in obj`` tells).
+        Optional: reading it when it is unset raises ``AttributeError`` (``'suggestions' in obj`` tells).
         """
 
 class GryviaAutoPolicy(Resource):
@@ -2056,6 +2129,13 @@ class GryviaFabricSignalStatus(Object):
         Optional: reading it when it is unset raises ``AttributeError`` (``'medianSrttMicros' in obj`` tells).
         """
     @property
+    def policy_drops(self) -> ObjectMap[int]:
+        """Packets the node's deny entries dropped since the collector started, per
+        GryviaFlowPolicy (`namespace/name`).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'policyDrops' in obj`` tells).
+        """
+    @property
     def programs(self) -> List[str]:
         """The programs the collector runs, sorted.
 
@@ -2289,23 +2369,134 @@ class GryviaFlowPolicyStatusConditions(Object):
     def type(self) -> str:
         """type of condition in CamelCase or in foo.example.com/CamelCase."""
 
+class GryviaFlowPolicyStatusDenyEgressPorts(Object):
+    """A port and protocol."""
+    @property
+    def port(self) -> int:
+        """Port number."""
+    @property
+    def protocol(self) -> str:
+        """Protocol."""
+
+class GryviaFlowPolicyStatusDenyEgress(Object):
+    """A rule's peers as IPv4 address blocks, and its ports (every port and protocol when empty)."""
+    @property
+    def cidrs(self) -> List[str]:
+        """Peer address blocks (`a.b.c.d/n`).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'cidrs' in obj`` tells).
+        """
+    @property
+    def ports(self) -> List[GryviaFlowPolicyStatusDenyEgressPorts]:
+        """Ports.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'ports' in obj`` tells).
+        """
+
+class GryviaFlowPolicyStatusDenyIngressPorts(Object):
+    """A port and protocol."""
+    @property
+    def port(self) -> int:
+        """Port number."""
+    @property
+    def protocol(self) -> str:
+        """Protocol."""
+
+class GryviaFlowPolicyStatusDenyIngress(Object):
+    """A rule's peers as IPv4 address blocks, and its ports (every port and protocol when empty)."""
+    @property
+    def cidrs(self) -> List[str]:
+        """Peer address blocks (`a.b.c.d/n`).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'cidrs' in obj`` tells).
+        """
+    @property
+    def ports(self) -> List[GryviaFlowPolicyStatusDenyIngressPorts]:
+        """Ports.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'ports' in obj`` tells).
+        """
+
+class GryviaFlowPolicyStatusDeny(Object):
+    """What the collectors drop (`deny`): the selected pods' addresses and the rules with their
+    peers resolved to address blocks.
+    """
+    @property
+    def egress(self) -> List[GryviaFlowPolicyStatusDenyEgress]:
+        """Denied traffic out of them.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'egress' in obj`` tells).
+        """
+    @property
+    def ingress(self) -> List[GryviaFlowPolicyStatusDenyIngress]:
+        """Denied traffic into them.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'ingress' in obj`` tells).
+        """
+    @property
+    def pods(self) -> List[str]:
+        """IPv4 addresses of the pods the policy selects.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'pods' in obj`` tells).
+        """
+
 class GryviaFlowPolicyStatus(Object):
     """Observed state of a flow policy."""
     @property
     def conditions(self) -> List[GryviaFlowPolicyStatusConditions]:
-        """Conditions.
+        """Conditions (`Ready`).
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'conditions' in obj`` tells).
         """
     @property
+    def deny(self) -> GryviaFlowPolicyStatusDeny:
+        """What the collectors drop (`deny`): the selected pods' addresses and the rules with their
+        peers resolved to address blocks.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'deny' in obj`` tells).
+        """
+    @property
+    def drops(self) -> int:
+        """Packets dropped (`deny`), summed over the nodes."""
+    @property
+    def drops_by_node(self) -> ObjectMap[int]:
+        """Packets dropped per node, as each node's collector reports it (since it started).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'dropsByNode' in obj`` tells).
+        """
+    @property
+    def folded(self) -> ObjectMap[str]:
+        """Per node, the end of the last GryviaFlowAggregate window audited.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'folded' in obj`` tells).
+        """
+    @property
     def network_policy(self) -> str:
-        """NetworkPolicy rendered from it.
+        """NetworkPolicy rendered from it (`allow`).
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'networkPolicy' in obj`` tells).
         """
     @property
+    def observed_generation(self) -> int:
+        """Generation of the spec the status reflects.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'observedGeneration' in obj`` tells).
+        """
+    @property
+    def recent_violations(self) -> List[str]:
+        """The latest flows outside the rules (`audit`), at most 20.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'recentViolations' in obj`` tells).
+        """
+    @property
+    def since(self) -> str:
+        """When audit counting started.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'since' in obj`` tells).
+        """
+    @property
     def violations(self) -> int:
-        """Flows seen outside the policy (audit mode)."""
+        """Distinct flows seen outside the policy's rules (`audit`), since `since`."""
 
 class GryviaFlowPolicy(Resource):
     """Auto-generated derived type for GryviaFlowPolicySpec via `CustomResource`"""

@@ -100,6 +100,16 @@ pub fn workload_of(
     format!("{namespace}/{owner}")
 }
 
+/// A pod's controller, kind and name.
+pub fn controller_of(p: &CachedPod) -> Option<(&str, &str)> {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| (o.kind.as_str(), o.name.as_str()))
+}
+
 /// The directory of `pods` (those with an address of their own), the cluster IPs of
 /// `services`, and the `reporting` nodes.
 pub fn directory<'a>(
@@ -114,18 +124,11 @@ pub fn directory<'a>(
         };
         let ns = p.metadata.namespace.as_deref().unwrap_or_default();
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        let controller = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| (o.kind.as_str(), o.name.as_str()));
         let labels = p.metadata.labels.clone().unwrap_or_default();
         d.pods.insert(
             ip,
             PodEntry {
-                workload: workload_of(ns, name, &labels, controller),
+                workload: workload_of(ns, name, &labels, controller_of(p)),
                 node: p.node_name.clone().unwrap_or_default(),
             },
         );

@@ -1,19 +1,18 @@
-//! Flow policy learned from traffic (GryviaAutoPolicy): after the learning period, one
-//! NetworkPolicy per workload that allows exactly the flows seen into it (ingress) and out of
-//! it (egress), by peer workload (pod and namespace selectors), by address for peers outside
-//! the cluster, and by port and protocol. [`allows`] evaluates NetworkPolicies the way the
+//! Flow policy learned from traffic (GryviaAutoPolicy): after the learning period, one allow
+//! policy per workload that allows exactly the flows seen into it (ingress) and out of it
+//! (egress), by peer workload (pod and namespace selectors), by address for peers outside the
+//! cluster, and by port and protocol. [`allows`] evaluates NetworkPolicies the way the
 //! Kubernetes API defines them, so a proposal is checked by replaying the learned flows
 //! against it. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gryvia_types::Protocol;
 use gryvia_types::k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
-    NetworkPolicyPort, NetworkPolicySpec,
+    NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };
-use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use gryvia_types::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use gryvia_types::{FlowAction, FlowPort, FlowRule, GryviaFlowPolicySpec, Protocol};
 
 /// The label every namespace carries with its own name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -54,55 +53,39 @@ pub struct Flow {
     pub protocol: Protocol,
 }
 
-fn protocol_name(p: Protocol) -> String {
-    serde_json::to_value(p)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_uppercase))
-        .unwrap_or_else(|| "TCP".to_owned())
-}
-
-fn selector(labels: &BTreeMap<String, String>) -> LabelSelector {
-    LabelSelector {
-        match_labels: Some(labels.clone()),
-        match_expressions: None,
-    }
-}
-
-fn peer_of(p: &Peer) -> NetworkPolicyPeer {
-    match p {
-        Peer::Pod { workload, .. } => NetworkPolicyPeer {
-            pod_selector: Some(selector(&workload.selector)),
-            namespace_selector: Some(selector(&BTreeMap::from([(
+/// A rule allowing `peer` on `port`: a pod peer by its namespace's name and its workload's
+/// selector, an address as its own block.
+fn rule_for(peer: &Peer, port: u16, protocol: Protocol) -> FlowRule {
+    let ports = vec![FlowPort {
+        port: i32::from(port),
+        protocol,
+    }];
+    match peer {
+        Peer::Pod { workload, .. } => FlowRule {
+            namespace_selector: BTreeMap::from([(
                 NAMESPACE_NAME_LABEL.to_owned(),
                 workload.namespace.clone(),
-            )]))),
-            ip_block: None,
+            )]),
+            pod_selector: workload.selector.clone(),
+            cidrs: vec![],
+            ports,
         },
-        Peer::Address(ip) => NetworkPolicyPeer {
-            ip_block: Some(IPBlock {
-                cidr: if ip.contains(':') {
-                    format!("{ip}/128")
-                } else {
-                    format!("{ip}/32")
-                },
-                except: None,
-            }),
-            ..NetworkPolicyPeer::default()
+        Peer::Address(ip) => FlowRule {
+            cidrs: vec![if ip.contains(':') {
+                format!("{ip}/128")
+            } else {
+                format!("{ip}/32")
+            }],
+            ports,
+            ..FlowRule::default()
         },
     }
 }
 
-/// The name of a workload's learned policy: `<policy>-<n>`, `n` its place among the
-/// workloads in order.
-fn policy_name(prefix: &str, n: usize) -> String {
-    format!("{prefix}-{n}")
-}
-
-/// The NetworkPolicies that allow exactly `flows`: for each workload of the cluster that sent
-/// or received any, one policy in its namespace, named `<prefix>-<n>` and labelled
-/// `gryvia.io/auto-policy: <prefix>`, with an ingress rule per (peer, port) seen coming in
-/// and an egress rule per (peer, port) seen going out. Sorted by namespace and name.
-pub fn learn(prefix: &str, flows: &[Flow]) -> Vec<NetworkPolicy> {
+/// The allow policies that allow exactly `flows`: for each workload that sent or received any,
+/// a GryviaFlowPolicy spec selecting its pods, with an ingress rule per (peer, port) seen
+/// coming in and an egress rule per (peer, port) seen going out. In workload order.
+pub fn learn(flows: &[Flow]) -> Vec<(Workload, GryviaFlowPolicySpec)> {
     type Rules = BTreeSet<(Peer, u16, Protocol)>;
     let mut by: BTreeMap<Workload, (Rules, Rules)> = BTreeMap::new();
     for f in flows {
@@ -122,48 +105,30 @@ pub fn learn(prefix: &str, flows: &[Flow]) -> Vec<NetworkPolicy> {
         }
     }
     by.into_iter()
-        .enumerate()
-        .map(|(n, (w, (ingress, egress)))| {
-            let port = |p: u16, proto: Protocol| NetworkPolicyPort {
-                port: Some(IntOrString::Int(i32::from(p))),
-                protocol: Some(protocol_name(proto)),
-                end_port: None,
+        .map(|(w, (ingress, egress))| {
+            let spec = GryviaFlowPolicySpec {
+                pod_selector: w.selector.clone(),
+                action: FlowAction::Allow,
+                ingress: ingress
+                    .iter()
+                    .map(|(peer, p, proto)| rule_for(peer, *p, *proto))
+                    .collect(),
+                egress: egress
+                    .iter()
+                    .map(|(peer, p, proto)| rule_for(peer, *p, *proto))
+                    .collect(),
             };
-            NetworkPolicy {
-                metadata: ObjectMeta {
-                    name: Some(policy_name(prefix, n)),
-                    namespace: Some(w.namespace.clone()),
-                    labels: Some(BTreeMap::from([(
-                        "gryvia.io/auto-policy".to_owned(),
-                        prefix.to_owned(),
-                    )])),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(NetworkPolicySpec {
-                    pod_selector: Some(selector(&w.selector)),
-                    policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
-                    ingress: Some(
-                        ingress
-                            .iter()
-                            .map(|(peer, p, proto)| NetworkPolicyIngressRule {
-                                from: Some(vec![peer_of(peer)]),
-                                ports: Some(vec![port(*p, *proto)]),
-                            })
-                            .collect(),
-                    ),
-                    egress: Some(
-                        egress
-                            .iter()
-                            .map(|(peer, p, proto)| NetworkPolicyEgressRule {
-                                to: Some(vec![peer_of(peer)]),
-                                ports: Some(vec![port(*p, *proto)]),
-                            })
-                            .collect(),
-                    ),
-                }),
-            }
+            (w, spec)
         })
         .collect()
+}
+
+fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::TCP => "TCP",
+        Protocol::UDP => "UDP",
+        Protocol::SCTP => "SCTP",
+    }
 }
 
 /// A peer as a rule names it: a pod by its workload only.
@@ -195,17 +160,39 @@ fn selects(sel: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bo
         .all(|(k, v)| labels.get(k) == Some(v))
 }
 
-fn peer_matches(rule_peer: &NetworkPolicyPeer, p: &Peer) -> bool {
+/// Whether `ip` lies in `cidr` (IPv4 by prefix; an IPv6 block only as the exact address).
+fn in_block(cidr: &str, ip: &str) -> bool {
+    if let (Some((net, len)), Ok(addr)) = (
+        super::policy::ipv4_block(cidr),
+        ip.parse::<std::net::Ipv4Addr>(),
+    ) {
+        let mask = if len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(len))
+        };
+        return u32::from(net) & mask == u32::from(addr) & mask;
+    }
+    cidr == format!("{ip}/128")
+}
+
+/// Whether a rule's peer names `p`, for a policy in `namespace`: a pod selector without a
+/// namespace selector names pods of the policy's own namespace.
+fn peer_matches(rule_peer: &NetworkPolicyPeer, p: &Peer, namespace: Option<&str>) -> bool {
     match (p, &rule_peer.ip_block) {
         (Peer::Address(ip), Some(block)) => {
-            block.cidr == format!("{ip}/32") || block.cidr == format!("{ip}/128")
+            in_block(&block.cidr, ip) && !block.except.iter().flatten().any(|e| in_block(e, ip))
         }
         (Peer::Pod { workload, labels }, None) => {
             let ns_labels =
                 BTreeMap::from([(NAMESPACE_NAME_LABEL.to_owned(), workload.namespace.clone())]);
+            let ns_ok = match &rule_peer.namespace_selector {
+                None => namespace == Some(workload.namespace.as_str()),
+                Some(sel) => selects(Some(sel), &ns_labels),
+            };
             (rule_peer.pod_selector.is_some() || rule_peer.namespace_selector.is_some())
+                && ns_ok
                 && selects(rule_peer.pod_selector.as_ref(), labels)
-                && selects(rule_peer.namespace_selector.as_ref(), &ns_labels)
         }
         _ => false,
     }
@@ -311,16 +298,18 @@ fn side_allows(policies: &[NetworkPolicy], flow: &Flow, dir: Direction) -> bool 
         .filter_map(|np| {
             let spec = np.spec.as_ref()?;
             dir.governs(spec, np.metadata.namespace.as_deref(), w, labels)
-                .then_some(spec)
+                .then_some((spec, np.metadata.namespace.as_deref()))
         })
         .peekable();
     if governing.peek().is_none() {
         return true;
     }
-    governing.any(|spec| {
+    governing.any(|(spec, namespace)| {
         dir.rules(spec).into_iter().any(|(ports, peers)| {
             port_matches(ports, flow.port, flow.protocol)
-                && peers.is_none_or(|ps| ps.is_empty() || ps.iter().any(|p| peer_matches(p, other)))
+                && peers.is_none_or(|ps| {
+                    ps.is_empty() || ps.iter().any(|p| peer_matches(p, other, namespace))
+                })
         })
     })
 }
@@ -351,6 +340,17 @@ mod tests {
         }
     }
 
+    /// The learned policies as the NetworkPolicies an allow flow policy applies.
+    fn compiled(seen: &[Flow]) -> Vec<NetworkPolicy> {
+        learn(seen)
+            .iter()
+            .enumerate()
+            .map(|(n, (w, spec))| {
+                super::super::policy::compile(&format!("p-{n}"), &w.namespace, spec)
+            })
+            .collect()
+    }
+
     fn flow(from: Peer, to: Peer, port: u16) -> Flow {
         Flow {
             from,
@@ -371,7 +371,7 @@ mod tests {
                 443,
             ),
         ];
-        let policies = learn("learned", &seen);
+        let policies = compiled(&seen);
         assert_eq!(policies.len(), 3, "trainer, store and cache");
         for f in &seen {
             assert!(allows(&policies, f), "{f:?}");
@@ -410,14 +410,36 @@ mod tests {
     }
 
     #[test]
-    fn policies_are_named_labelled_and_namespaced() {
-        let p = learn("auto", &[flow(pod("ml", "a", 1), pod("ml", "b", 1), 80)]);
-        assert_eq!(p[0].metadata.name.as_deref(), Some("auto-0"));
-        assert_eq!(p[0].metadata.namespace.as_deref(), Some("ml"));
-        let spec = p[1].spec.as_ref().unwrap();
-        assert_eq!(spec.ingress.as_ref().unwrap().len(), 1);
-        let port = &spec.ingress.as_ref().unwrap()[0].ports.as_ref().unwrap()[0];
-        assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    fn each_workload_gets_an_allow_policy_selecting_its_pods() {
+        let p = learn(&[flow(pod("ml", "a", 1), pod("ml", "b", 1), 80)]);
+        assert_eq!(p.len(), 2);
+        let (w, spec) = &p[1];
+        assert_eq!(
+            (w.namespace.as_str(), &w.selector["app"]),
+            ("ml", &"b".to_owned())
+        );
+        assert_eq!(spec.action, FlowAction::Allow);
+        assert_eq!(spec.pod_selector, w.selector);
+        assert_eq!(spec.ingress.len(), 1);
+        assert_eq!(spec.ingress[0].ports[0].port, 80);
+        assert!(spec.egress.is_empty());
+    }
+
+    #[test]
+    fn a_block_lets_its_addresses_through_and_a_bare_pod_selector_stays_in_its_namespace() {
+        assert!(in_block("10.0.0.0/8", "10.200.1.1"));
+        assert!(!in_block("10.0.0.0/8", "11.0.0.1"));
+        assert!(in_block("0.0.0.0/0", "192.0.2.1"));
+        assert!(in_block("2001:db8::1/128", "2001:db8::1"));
+        let peer = NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".to_owned(), "x".to_owned())])),
+                match_expressions: None,
+            }),
+            ..NetworkPolicyPeer::default()
+        };
+        assert!(peer_matches(&peer, &pod("a", "x", 1), Some("a")));
+        assert!(!peer_matches(&peer, &pod("b", "x", 1), Some("a")));
     }
 
     #[test]
@@ -444,7 +466,7 @@ mod tests {
                     flow(pod(nss[fns as usize], apps[fapp as usize], fapp), to, port)
                 })
                 .collect();
-            let policies = learn("p", &seen);
+            let policies = compiled(&seen);
             for f in &seen {
                 prop_assert!(allows(&policies, f), "{:?}", f);
             }

@@ -11,6 +11,8 @@ pub mod cost;
 pub mod flows;
 pub mod graph;
 pub mod learn;
+pub mod policies;
+pub mod policy;
 pub mod reconcile;
 pub mod straggler;
 

@@ -128,3 +128,31 @@ pub fn operator(access: &ServiceAccountAccess, ns: &str, log: &str) -> Process {
     .unwrap()
     .0
 }
+
+/// Whether this process runs as root; without, the test named `test` is skipped (it prints
+/// why), unless `GRYVIA_EBPF=1` demands it, which fails.
+pub fn root(test: &str) -> bool {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    if uid == "0" {
+        return true;
+    }
+    let demanded = std::env::var("GRYVIA_EBPF").is_ok_and(|v| v == "1" || v == "true");
+    assert!(
+        !demanded,
+        "GRYVIA_EBPF=1 but not root: the collector needs root"
+    );
+    eprintln!("skipping {test}: not root");
+    false
+}
+
+/// A binary built beside the network-operator (`gryvia-collector`, `gryvia-traffic`).
+pub fn sibling(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-network-operator")).with_file_name(name)
+}

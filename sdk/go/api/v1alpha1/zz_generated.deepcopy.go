@@ -950,12 +950,34 @@ func (in *GryviaAutoPolicySpec) DeepCopy() *GryviaAutoPolicySpec {
 // DeepCopyInto copies in into out; out shares no memory with in.
 func (in *GryviaAutoPolicyStatus) DeepCopyInto(out *GryviaAutoPolicyStatus) {
 	*out = *in
+	if in.Applied != nil {
+		in, out := &in.Applied, &out.Applied
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))
 		copy(*out, *in)
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Flows != nil {
+		in, out := &in.Flows, &out.Flows
+		*out = make([]GryviaAutoPolicyStatusFlow, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Folded != nil {
+		in, out := &in.Folded, &out.Folded
+		*out = make(map[string]metav1.Time, len(*in))
+		for key, val := range *in {
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
 		}
 	}
 	if in.LearningSince != nil {
@@ -973,10 +995,13 @@ func (in *GryviaAutoPolicyStatus) DeepCopyInto(out *GryviaAutoPolicyStatus) {
 		*out = new(string)
 		**out = **in
 	}
-	if in.Suggestion != nil {
-		in, out := &in.Suggestion, &out.Suggestion
-		*out = new(GryviaFlowPolicySpec)
-		(*in).DeepCopyInto(*out)
+	if in.Suggestions != nil {
+		in, out := &in.Suggestions, &out.Suggestions
+		*out = make([]GryviaAutoPolicyStatusSuggestion, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 }
 
@@ -986,6 +1011,81 @@ func (in *GryviaAutoPolicyStatus) DeepCopy() *GryviaAutoPolicyStatus {
 		return nil
 	}
 	out := new(GryviaAutoPolicyStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaAutoPolicyStatusFlow) DeepCopyInto(out *GryviaAutoPolicyStatusFlow) {
+	*out = *in
+	in.From.DeepCopyInto(&out.From)
+	if in.Protocol != nil {
+		in, out := &in.Protocol, &out.Protocol
+		*out = new(GryviaAutoPolicyStatusFlowProtocol)
+		**out = **in
+	}
+	in.To.DeepCopyInto(&out.To)
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaAutoPolicyStatusFlow) DeepCopy() *GryviaAutoPolicyStatusFlow {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaAutoPolicyStatusFlow)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaAutoPolicyStatusFlowFrom) DeepCopyInto(out *GryviaAutoPolicyStatusFlowFrom) {
+	*out = *in
+	if in.Address != nil {
+		in, out := &in.Address, &out.Address
+		*out = new(string)
+		**out = **in
+	}
+	if in.Namespace != nil {
+		in, out := &in.Namespace, &out.Namespace
+		*out = new(string)
+		**out = **in
+	}
+	if in.Selector != nil {
+		in, out := &in.Selector, &out.Selector
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.Workload != nil {
+		in, out := &in.Workload, &out.Workload
+		*out = new(string)
+		**out = **in
+	}
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaAutoPolicyStatusFlowFrom) DeepCopy() *GryviaAutoPolicyStatusFlowFrom {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaAutoPolicyStatusFlowFrom)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaAutoPolicyStatusSuggestion) DeepCopyInto(out *GryviaAutoPolicyStatusSuggestion) {
+	*out = *in
+	in.Spec.DeepCopyInto(&out.Spec)
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaAutoPolicyStatusSuggestion) DeepCopy() *GryviaAutoPolicyStatusSuggestion {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaAutoPolicyStatusSuggestion)
 	in.DeepCopyInto(out)
 	return out
 }
@@ -1860,6 +1960,13 @@ func (in *GryviaFabricSignalStatus) DeepCopyInto(out *GryviaFabricSignalStatus) 
 		*out = new(int64)
 		**out = **in
 	}
+	if in.PolicyDrops != nil {
+		in, out := &in.PolicyDrops, &out.PolicyDrops
+		*out = make(map[string]int64, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Programs != nil {
 		in, out := &in.Programs, &out.Programs
 		*out = make([]GryviaCollectorConfigSpecProgram, len(*in))
@@ -2242,7 +2349,7 @@ func (in *GryviaFlowPolicySpecEgressPort) DeepCopyInto(out *GryviaFlowPolicySpec
 	*out = *in
 	if in.Protocol != nil {
 		in, out := &in.Protocol, &out.Protocol
-		*out = new(GryviaFlowAggregateStatusFlowProtocol)
+		*out = new(GryviaAutoPolicyStatusFlowProtocol)
 		**out = **in
 	}
 }
@@ -2268,10 +2375,51 @@ func (in *GryviaFlowPolicyStatus) DeepCopyInto(out *GryviaFlowPolicyStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Deny != nil {
+		in, out := &in.Deny, &out.Deny
+		*out = new(GryviaFlowPolicyStatusDeny)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Drops != nil {
+		in, out := &in.Drops, &out.Drops
+		*out = new(int64)
+		**out = **in
+	}
+	if in.DropsByNode != nil {
+		in, out := &in.DropsByNode, &out.DropsByNode
+		*out = make(map[string]int64, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.Folded != nil {
+		in, out := &in.Folded, &out.Folded
+		*out = make(map[string]metav1.Time, len(*in))
+		for key, val := range *in {
+			outVal := val
+			val.DeepCopyInto(&outVal)
+			(*out)[key] = outVal
+		}
+	}
 	if in.NetworkPolicy != nil {
 		in, out := &in.NetworkPolicy, &out.NetworkPolicy
 		*out = new(string)
 		**out = **in
+	}
+	if in.ObservedGeneration != nil {
+		in, out := &in.ObservedGeneration, &out.ObservedGeneration
+		*out = new(int64)
+		**out = **in
+	}
+	if in.RecentViolations != nil {
+		in, out := &in.RecentViolations, &out.RecentViolations
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.Since != nil {
+		in, out := &in.Since, &out.Since
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
 	}
 	if in.Violations != nil {
 		in, out := &in.Violations, &out.Violations
@@ -2286,6 +2434,70 @@ func (in *GryviaFlowPolicyStatus) DeepCopy() *GryviaFlowPolicyStatus {
 		return nil
 	}
 	out := new(GryviaFlowPolicyStatus)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaFlowPolicyStatusDeny) DeepCopyInto(out *GryviaFlowPolicyStatusDeny) {
+	*out = *in
+	if in.Egress != nil {
+		in, out := &in.Egress, &out.Egress
+		*out = make([]GryviaFlowPolicyStatusDenyEgress, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Ingress != nil {
+		in, out := &in.Ingress, &out.Ingress
+		*out = make([]GryviaFlowPolicyStatusDenyEgress, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.Pods != nil {
+		in, out := &in.Pods, &out.Pods
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaFlowPolicyStatusDeny) DeepCopy() *GryviaFlowPolicyStatusDeny {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaFlowPolicyStatusDeny)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaFlowPolicyStatusDenyEgress) DeepCopyInto(out *GryviaFlowPolicyStatusDenyEgress) {
+	*out = *in
+	if in.Cidrs != nil {
+		in, out := &in.Cidrs, &out.Cidrs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.Ports != nil {
+		in, out := &in.Ports, &out.Ports
+		*out = make([]GryviaFlowPolicySpecEgressPort, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaFlowPolicyStatusDenyEgress) DeepCopy() *GryviaFlowPolicyStatusDenyEgress {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaFlowPolicyStatusDenyEgress)
 	in.DeepCopyInto(out)
 	return out
 }

@@ -875,10 +875,25 @@ const (
 //
 // Observed state of an auto policy.
 type GryviaAutoPolicyStatus struct {
+	// The GryviaFlowPolicies applied (`enforce`).
+	//
+	// +optional
+	Applied []string `json:"applied,omitempty"`
+
 	// Conditions.
 	//
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// The flows learned so far (client, server, port, protocol), at most 2,000.
+	//
+	// +optional
+	Flows []GryviaAutoPolicyStatusFlow `json:"flows,omitempty"`
+
+	// Per node, the end of the last GryviaFlowAggregate window learned from.
+	//
+	// +optional
+	Folded map[string]metav1.Time `json:"folded,omitempty"`
 
 	// When learning started.
 	//
@@ -897,10 +912,88 @@ type GryviaAutoPolicyStatus struct {
 	// +optional
 	Phase *string `json:"phase,omitempty"`
 
-	// The suggested rules.
+	// Once learning is over: one allow policy per workload the flows reach, allowing exactly
+	// the flows seen into and out of it (`enforce` applies each as a GryviaFlowPolicy of the
+	// same name).
 	//
 	// +optional
-	Suggestion *GryviaFlowPolicySpec `json:"suggestion,omitempty"`
+	Suggestions []GryviaAutoPolicyStatusSuggestion `json:"suggestions,omitempty"`
+}
+
+// GryviaAutoPolicyStatusFlow is the schema of GryviaAutoPolicy .status.flows[].
+//
+// A flow an auto policy saw. A pod end is `pod:<namespace>/<workload>` with the labels that
+// select the workload's pods; any other end is `ip:<address>`.
+type GryviaAutoPolicyStatusFlow struct {
+	// The client.
+	From GryviaAutoPolicyStatusFlowFrom `json:"from"`
+
+	// The server's port.
+	Port int32 `json:"port"`
+
+	// Protocol.
+	//
+	// The API server defaults it to "TCP".
+	//
+	// +optional
+	Protocol *GryviaAutoPolicyStatusFlowProtocol `json:"protocol,omitempty"`
+
+	// The server.
+	To GryviaAutoPolicyStatusFlowFrom `json:"to"`
+}
+
+// GryviaAutoPolicyStatusFlowFrom is the schema of GryviaAutoPolicy .status.flows[].from and of 1 other field with the same schema.
+//
+// The client.
+type GryviaAutoPolicyStatusFlowFrom struct {
+	// The address of an end that is no pod.
+	//
+	// +optional
+	Address *string `json:"address,omitempty"`
+
+	// The namespace of a pod end.
+	//
+	// +optional
+	Namespace *string `json:"namespace,omitempty"`
+
+	// The labels that select the workload's pods.
+	//
+	// +optional
+	Selector map[string]string `json:"selector,omitempty"`
+
+	// The workload of a pod end.
+	//
+	// +optional
+	Workload *string `json:"workload,omitempty"`
+}
+
+// GryviaAutoPolicyStatusFlowProtocol is the set of values of GryviaAutoPolicy .status.flows[].protocol and of 7 other fields with the same values.
+//
+// Protocol.
+type GryviaAutoPolicyStatusFlowProtocol string
+
+// Values of GryviaAutoPolicyStatusFlowProtocol.
+const (
+	// GryviaAutoPolicyStatusFlowProtocolTCP is "TCP".
+	GryviaAutoPolicyStatusFlowProtocolTCP GryviaAutoPolicyStatusFlowProtocol = "TCP"
+	// GryviaAutoPolicyStatusFlowProtocolUDP is "UDP".
+	GryviaAutoPolicyStatusFlowProtocolUDP GryviaAutoPolicyStatusFlowProtocol = "UDP"
+	// GryviaAutoPolicyStatusFlowProtocolSCTP is "SCTP".
+	GryviaAutoPolicyStatusFlowProtocolSCTP GryviaAutoPolicyStatusFlowProtocol = "SCTP"
+)
+
+// GryviaAutoPolicyStatusSuggestion is the schema of GryviaAutoPolicy .status.suggestions[].
+//
+// A policy an auto policy suggests.
+type GryviaAutoPolicyStatusSuggestion struct {
+	// Its name (`<auto policy>-<workload>`).
+	Name string `json:"name"`
+
+	// The rules.
+	Spec GryviaFlowPolicySpec `json:"spec"`
+
+	// The workload it is for, `namespace/name`.
+	Workload string `json:"workload"`
 }
 
 // GryviaAutoTuner is a kind of the gryvia.io/v1alpha1 API (namespaced, resource gryviaautotuners, short names gat).
@@ -1739,6 +1832,12 @@ type GryviaFabricSignalStatus struct {
 	// +optional
 	MedianSrttMicros *int64 `json:"medianSrttMicros,omitempty"`
 
+	// Packets the node's deny entries dropped since the collector started, per
+	// GryviaFlowPolicy (`namespace/name`).
+	//
+	// +optional
+	PolicyDrops map[string]int64 `json:"policyDrops,omitempty"`
+
 	// The programs the collector runs, sorted.
 	//
 	// +optional
@@ -1903,7 +2002,7 @@ type GryviaFlowAggregateStatusFlow struct {
 	Pod *string `json:"pod,omitempty"`
 
 	// Protocol.
-	Protocol GryviaFlowAggregateStatusFlowProtocol `json:"protocol"`
+	Protocol GryviaAutoPolicyStatusFlowProtocol `json:"protocol"`
 
 	// Retransmitted segments.
 	//
@@ -1924,21 +2023,6 @@ type GryviaFlowAggregateStatusFlow struct {
 	// Bytes sent by the source.
 	TxBytes int64 `json:"txBytes"`
 }
-
-// GryviaFlowAggregateStatusFlowProtocol is the set of values of GryviaFlowAggregate .status.flows[].protocol and of 4 other fields with the same values.
-//
-// Protocol.
-type GryviaFlowAggregateStatusFlowProtocol string
-
-// Values of GryviaFlowAggregateStatusFlowProtocol.
-const (
-	// GryviaFlowAggregateStatusFlowProtocolTCP is "TCP".
-	GryviaFlowAggregateStatusFlowProtocolTCP GryviaFlowAggregateStatusFlowProtocol = "TCP"
-	// GryviaFlowAggregateStatusFlowProtocolUDP is "UDP".
-	GryviaFlowAggregateStatusFlowProtocolUDP GryviaFlowAggregateStatusFlowProtocol = "UDP"
-	// GryviaFlowAggregateStatusFlowProtocolSCTP is "SCTP".
-	GryviaFlowAggregateStatusFlowProtocolSCTP GryviaFlowAggregateStatusFlowProtocol = "SCTP"
-)
 
 // GryviaFlowPolicy is a kind of the gryvia.io/v1alpha1 API (namespaced, resource gryviaflowpolicies, short names gfp).
 //
@@ -2037,7 +2121,7 @@ type GryviaFlowPolicySpecEgress struct {
 	Ports []GryviaFlowPolicySpecEgressPort `json:"ports,omitempty"`
 }
 
-// GryviaFlowPolicySpecEgressPort is the schema of GryviaFlowPolicy .spec.egress[].ports[] and of 3 other fields with the same schema.
+// GryviaFlowPolicySpecEgressPort is the schema of GryviaFlowPolicy .spec.egress[].ports[] and of 5 other fields with the same schema.
 //
 // A port and protocol.
 type GryviaFlowPolicySpecEgressPort struct {
@@ -2049,29 +2133,103 @@ type GryviaFlowPolicySpecEgressPort struct {
 	// The API server defaults it to "TCP".
 	//
 	// +optional
-	Protocol *GryviaFlowAggregateStatusFlowProtocol `json:"protocol,omitempty"`
+	Protocol *GryviaAutoPolicyStatusFlowProtocol `json:"protocol,omitempty"`
 }
 
 // GryviaFlowPolicyStatus is the schema of GryviaFlowPolicy .status.
 //
 // Observed state of a flow policy.
 type GryviaFlowPolicyStatus struct {
-	// Conditions.
+	// Conditions (`Ready`).
 	//
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// NetworkPolicy rendered from it.
+	// What the collectors drop (`deny`): the selected pods' addresses and the rules with their
+	// peers resolved to address blocks.
+	//
+	// +optional
+	Deny *GryviaFlowPolicyStatusDeny `json:"deny,omitempty"`
+
+	// Packets dropped (`deny`), summed over the nodes.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	Drops *int64 `json:"drops,omitempty"`
+
+	// Packets dropped per node, as each node's collector reports it (since it started).
+	//
+	// +optional
+	DropsByNode map[string]int64 `json:"dropsByNode,omitempty"`
+
+	// Per node, the end of the last GryviaFlowAggregate window audited.
+	//
+	// +optional
+	Folded map[string]metav1.Time `json:"folded,omitempty"`
+
+	// NetworkPolicy rendered from it (`allow`).
 	//
 	// +optional
 	NetworkPolicy *string `json:"networkPolicy,omitempty"`
 
-	// Flows seen outside the policy (audit mode).
+	// Generation of the spec the status reflects.
+	//
+	// +optional
+	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+
+	// The latest flows outside the rules (`audit`), at most 20.
+	//
+	// +optional
+	RecentViolations []string `json:"recentViolations,omitempty"`
+
+	// When audit counting started.
+	//
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// Distinct flows seen outside the policy's rules (`audit`), since `since`.
 	//
 	// The API server defaults it to 0.
 	//
 	// +optional
 	Violations *int64 `json:"violations,omitempty"`
+}
+
+// GryviaFlowPolicyStatusDeny is the schema of GryviaFlowPolicy .status.deny.
+//
+// What the collectors drop (`deny`): the selected pods' addresses and the rules with their
+// peers resolved to address blocks.
+type GryviaFlowPolicyStatusDeny struct {
+	// Denied traffic out of them.
+	//
+	// +optional
+	Egress []GryviaFlowPolicyStatusDenyEgress `json:"egress,omitempty"`
+
+	// Denied traffic into them.
+	//
+	// +optional
+	Ingress []GryviaFlowPolicyStatusDenyEgress `json:"ingress,omitempty"`
+
+	// IPv4 addresses of the pods the policy selects.
+	//
+	// +optional
+	Pods []string `json:"pods,omitempty"`
+}
+
+// GryviaFlowPolicyStatusDenyEgress is the schema of GryviaFlowPolicy .status.deny.egress[] and of 1 other field with the same schema.
+//
+// A rule's peers as IPv4 address blocks, and its ports (every port and protocol when empty).
+type GryviaFlowPolicyStatusDenyEgress struct {
+	// Peer address blocks (`a.b.c.d/n`).
+	//
+	// +optional
+	Cidrs []string `json:"cidrs,omitempty"`
+
+	// Ports.
+	//
+	// +optional
+	Ports []GryviaFlowPolicySpecEgressPort `json:"ports,omitempty"`
 }
 
 // GryviaGpuNode is a kind of the gryvia.io/v1alpha1 API (cluster-scoped, resource gryviagpunodes, short names ggn).
