@@ -5,6 +5,10 @@
 # with 10,000 live flows in its maps. Figures go to stdout; benches/README.md quotes them.
 #
 #   benches/collector-overhead.sh [SECONDS_PER_THROUGHPUT_RUN] [ROUNDS]
+#
+# With BEFORE_OBJECT=<another build of gryvia-ebpf/programs> (benches/program-cost.sh builds one
+# from a git revision), each round also runs the collector with that object, in turn with the
+# others, so the two builds are compared under the same conditions.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 secs="${1:-5}"
@@ -16,12 +20,19 @@ C=target/release/gryvia-collector
 addr=127.0.0.1:19199
 gbit() { "$T" throughput --seconds "$secs" | sed -n 's/.*"gbitPerSecond":\([0-9.]*\).*/\1/p'; }
 
-without=(); with=()
+without=(); with=(); before=()
 collector_pid=""
 stop() { [[ -n "$collector_pid" ]] && kill "$collector_pid" 2>/dev/null && wait "$collector_pid" 2>/dev/null || true; collector_pid=""; }
 trap stop EXIT
 for r in $(seq 1 "$rounds"); do
   without+=("$(gbit)")
+  if [[ -n "${BEFORE_OBJECT:-}" ]]; then
+    "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" --object "$BEFORE_OBJECT" 2>/dev/null &
+    collector_pid=$!
+    for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+    before+=("$(gbit)")
+    stop
+  fi
   "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" 2>/dev/null &
   collector_pid=$!
   for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -35,11 +46,15 @@ done
 echo "loopback TCP throughput, $rounds rounds of ${secs}s each (Gbit/s):"
 echo "  without collector: ${without[*]}"
 echo "  with collector:    ${with[*]}"
-python3 - "${without[*]}" "${with[*]}" <<'PY'
+[[ -n "${BEFORE_OBJECT:-}" ]] && echo "  with the collector and BEFORE_OBJECT: ${before[*]}"
+python3 - "${without[*]}" "${with[*]}" "${before[*]}" <<'PY'
 import statistics, sys
 a = [float(x) for x in sys.argv[1].split()]
 b = [float(x) for x in sys.argv[2].split()]
 print(f"  median without {statistics.median(a):.2f}, with {statistics.median(b):.2f}, ratio with/without {statistics.median(b)/statistics.median(a):.3f}")
+if sys.argv[3].strip():
+    c = [float(x) for x in sys.argv[3].split()]
+    print(f"  BEFORE_OBJECT: median with {statistics.median(c):.2f}, ratio with/without {statistics.median(c)/statistics.median(a):.3f}")
 PY
 echo "per-program cost during the last 'with' run (kernel BPF stats):"
 python3 - <<'PY'

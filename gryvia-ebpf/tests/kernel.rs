@@ -399,8 +399,41 @@ fn a_deny_entry_drops_exactly_its_traffic_and_counts_it_per_rule() {
     let drops = collector.deny_drops().unwrap();
     assert_eq!((drops[3], drops[5]), (count, count));
 
+    // The same through the kernel's test run: a TCP segment to a denied port is dropped (and
+    // counted), the other direction passes.
+    let tcp = DenyEntry {
+        key: DenyKey {
+            direction: DIRECTION_EGRESS,
+            protocol: 6,
+            port: 5201,
+            local: [10, 1, 0, 1],
+            remote: [10, 1, 0, 2],
+        },
+        remote_prefix: 32,
+        rule: 7,
+    };
+    collector.set_deny(&[all, tcp]).unwrap();
+    let frame = gryvia_ebpf::tcp_frame(([10, 1, 0, 1], 40_000), ([10, 1, 0, 2], 5201), 100);
+    let run = collector.test_run("cgroup_egress", &frame, 10).unwrap();
+    assert_eq!(run.verdict, 0);
+    assert_eq!(collector.deny_drops().unwrap()[7], 10);
+    assert_eq!(
+        collector
+            .test_run("cgroup_ingress", &frame, 10)
+            .unwrap()
+            .verdict,
+        1
+    );
+
     // No entries: nothing is dropped any more.
     collector.set_deny(&[]).unwrap();
+    assert_eq!(
+        collector
+            .test_run("cgroup_egress", &frame, 1)
+            .unwrap()
+            .verdict,
+        1
+    );
     assert_eq!(
         udp_through(&collector, &cg, &ns, ifindex, to9, count),
         (0, count)

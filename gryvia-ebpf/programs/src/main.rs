@@ -7,7 +7,8 @@
 //!   one is dropped and counted per rule in `DENY_DROPS` instead.
 //! - `tcp_state` (tracepoint `sock/inet_sock_set_state`): connection lifecycle per flow.
 //! - `tcp_retransmit` (tracepoint `tcp/tcp_retransmit_skb`): retransmitted segments per flow.
-//! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow.
+//! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow, from a connection's
+//!   first event in a run on a CPU and one in four after it.
 //! - `iface_count` (XDP): frames and bytes per receiving interface.
 //!
 //! Tracepoint field offsets come from the `CONFIG` map (the loader reads them from tracefs),
@@ -88,10 +89,23 @@ fn denied(key: &FlowKey, egress: bool) -> bool {
     let mut k = Key::new(
         DENY_EXACT_BITS + 32,
         DenyKey {
-            direction: if egress { DIRECTION_EGRESS } else { DIRECTION_INGRESS },
+            direction: if egress {
+                DIRECTION_EGRESS
+            } else {
+                DIRECTION_INGRESS
+            },
             protocol: key.protocol,
-            port: if egress { key.remote_port } else { key.local_port },
-            local: [key.local_addr[0], key.local_addr[1], key.local_addr[2], key.local_addr[3]],
+            port: if egress {
+                key.remote_port
+            } else {
+                key.local_port
+            },
+            local: [
+                key.local_addr[0],
+                key.local_addr[1],
+                key.local_addr[2],
+                key.local_addr[3],
+            ],
             remote: [
                 key.remote_addr[0],
                 key.remote_addr[1],
@@ -118,10 +132,62 @@ fn denied(key: &FlowKey, egress: bool) -> bool {
     true
 }
 
+/// [`parse`] read in place from the packet's linear data, without a helper call, for an IPv4
+/// header without options or an IPv6 header without extension headers, before TCP or UDP (so
+/// at constant offsets, one bounds check each, which the verifier follows): `None` when the
+/// packet is another shape or shorter than the headers' room (then [`parse`] copies the
+/// headers out with `bpf_skb_load_bytes`).
+#[inline(always)]
+fn parse_direct(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
+    let skb = ctx.skb.skb;
+    let data = unsafe { (*skb).data } as usize;
+    let end = unsafe { (*skb).data_end } as usize;
+    // IPv4 (20) and a TCP header (20): the room a direct read needs.
+    if data + 40 > end {
+        return None;
+    }
+    let vihl = unsafe { *(data as *const u8) };
+    if vihl == 0x45 {
+        let protocol = unsafe { *((data + 9) as *const u8) };
+        let header = match protocol {
+            IPPROTO_TCP => 20 + ((unsafe { *((data + 32) as *const u8) } >> 4) as u64) * 4,
+            IPPROTO_UDP => 28,
+            _ => return None,
+        };
+        let src = unsafe { core::ptr::read_unaligned((data + 12) as *const [u8; 4]) };
+        let dst = unsafe { core::ptr::read_unaligned((data + 16) as *const [u8; 4]) };
+        let ports = unsafe { core::ptr::read_unaligned((data + 20) as *const [u8; 4]) };
+        return Some((key_of(protocol, &src, &dst, ports, egress), header));
+    }
+    None
+}
+
+/// The flow key from the local side: `src`, `dst` and the transport ports as on the wire.
+#[inline(always)]
+fn key_of(protocol: u8, src: &[u8; 4], dst: &[u8; 4], ports: [u8; 4], egress: bool) -> FlowKey {
+    let sport = u16::from_be_bytes([ports[0], ports[1]]);
+    let dport = u16::from_be_bytes([ports[2], ports[3]]);
+    if egress {
+        FlowKey::v4(protocol, *src, sport, *dst, dport)
+    } else {
+        FlowKey::v4(protocol, *dst, dport, *src, sport)
+    }
+}
+
 /// What the IP and transport headers say: the flow key from the local side, and the header
-/// length before the payload.
+/// length before the payload. In place when the headers are in the linear data (nearly
+/// always), else copied out.
 #[inline(always)]
 fn parse(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
+    match parse_direct(ctx, egress) {
+        Some(parsed) => Some(parsed),
+        None => parse_loaded(ctx, egress),
+    }
+}
+
+/// [`parse`] through `bpf_skb_load_bytes`.
+#[inline(always)]
+fn parse_loaded(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
     let vihl: u8 = ctx.load(0).ok()?;
     let (protocol, l4, mut key) = match vihl >> 4 {
         4 => {
@@ -326,17 +392,52 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Option<()> {
     Some(())
 }
 
+/// Of a run of `tcp_probe` events of one connection on a CPU (a transfer's ACKs), the first
+/// and then one in this many update the flow's RTT: the event fires for every segment a socket
+/// receives while its smoothed RTT moves slowly, so the skipped ones cost two reads instead of
+/// a map update; a connection's first event on a CPU is always taken, so every flow has a
+/// sample.
+const PROBE_SAMPLE: u64 = 4;
+
+/// Per CPU: the ports of the last `tcp_probe` event, lower first (high 32 bits), and how many
+/// events in a row had them (low 32 bits).
+#[map]
+static PROBE_LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 #[tracepoint]
 pub fn tcp_probe(ctx: TracePointContext) -> u32 {
-    let _ = try_tcp_probe(&ctx);
+    let _ = sampled_tcp_probe(&ctx);
     0
 }
 
 #[inline(always)]
-fn try_tcp_probe(ctx: &TracePointContext) -> Option<()> {
-    let family: u16 = unsafe { ctx.read_at(offset(config::PROBE_FAMILY)) }.ok()?;
+fn sampled_tcp_probe(ctx: &TracePointContext) -> Option<()> {
     let sport: u16 = unsafe { ctx.read_at(offset(config::PROBE_SPORT)) }.ok()?;
     let dport: u16 = unsafe { ctx.read_at(offset(config::PROBE_DPORT)) }.ok()?;
+    // Both ends of a connection (on loopback, in turn on one CPU) are one run.
+    let (lo, hi) = if sport < dport {
+        (sport, dport)
+    } else {
+        (dport, sport)
+    };
+    let ports = (u64::from(lo) << 16 | u64::from(hi)) << 32;
+    let last = PROBE_LAST.get_ptr_mut(0)?;
+    let prev = unsafe { *last };
+    let run = if prev & !0xffff_ffff == ports {
+        (prev & 0xffff_ffff) + 1
+    } else {
+        0
+    };
+    unsafe { *last = ports | (run & 0xffff_ffff) };
+    if run % PROBE_SAMPLE != 0 {
+        return None;
+    }
+    try_tcp_probe(ctx, sport, dport)
+}
+
+#[inline(always)]
+fn try_tcp_probe(ctx: &TracePointContext, sport: u16, dport: u16) -> Option<()> {
+    let family: u16 = unsafe { ctx.read_at(offset(config::PROBE_FAMILY)) }.ok()?;
     let srtt: u32 = unsafe { ctx.read_at(offset(config::PROBE_SRTT)) }.ok()?;
     // saddr / daddr are a sockaddr_in (address at 4) or sockaddr_in6 (address at 8).
     let s: [u8; 28] = unsafe { ctx.read_at(offset(config::PROBE_SADDR)) }.ok()?;
