@@ -801,9 +801,42 @@ pub struct WorkerTraffic {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GryviaFabricSignalSpec {
-    /// Node the signal describes.
+    /// Node the signal describes; `*` for the signal that merges every node's
+    /// (`--merge-fabric-signals`).
     #[schemars(length(min = 1, max = 253))]
     pub node_name: String,
+}
+
+/// A node's fabric signal as the merged signal lists it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FabricNodeEntry {
+    /// Node.
+    pub node: String,
+    /// TCP retransmissions in its last window.
+    #[serde(default)]
+    pub tcp_retransmits: i64,
+    /// Median smoothed RTT of its last window, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_srtt_micros: Option<i64>,
+    /// Frames received on its fabric interfaces in its last window.
+    #[serde(default)]
+    pub rx_packets: i64,
+    /// Drops and errors on its fabric interfaces in its last window.
+    #[serde(default)]
+    pub drops_and_errors: i64,
+    /// Its fabric interfaces whose operational state is not `up`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces_down: Vec<String>,
+    /// Its window, seconds.
+    #[serde(default)]
+    pub window_seconds: i32,
+    /// When its collector last wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+    /// Whether it was updated within three of its windows.
+    #[serde(default)]
+    pub fresh: bool,
 }
 
 /// Fabric counters of a node.
@@ -832,6 +865,13 @@ pub struct GryviaFabricSignalStatus {
     /// GryviaFlowPolicy (`namespace/name`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub policy_drops: BTreeMap<String, i64>,
+    /// The merged signal (`spec.nodeName: "*"`, kept by the network-operator with
+    /// `--merge-fabric-signals`): one entry per node's signal, by node name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<FabricNodeEntry>,
+    /// The merged signal: nodes whose signal is fresh (updated within three of its windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_reporting: Option<i32>,
     /// When the collector wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,

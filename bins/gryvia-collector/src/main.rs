@@ -75,6 +75,12 @@ struct Flags {
     /// Serve /metrics, /healthz and /readyz here.
     #[arg(long, default_value = "0.0.0.0:9102")]
     metrics_addr: SocketAddr,
+    /// Write this node's fabric status (interfaces, retransmissions, RTT, the config it runs,
+    /// deny drops) into its own GryviaFabricSignal, named after the node; the network-operator's
+    /// --merge-fabric-signals folds those into one. `--fabric-status-per-node=false` writes only
+    /// the GryviaFlowAggregate.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    fabric_status_per_node: bool,
     /// Only serve metrics; write no Kubernetes objects and list no pods.
     #[arg(long)]
     no_kubernetes: bool,
@@ -413,7 +419,7 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
     let (mut running, mut failed) = begin(first, &defaults, flags)?;
     // The node's objects exist once the programs are attached.
     if let Some(c) = &client {
-        ensure_objects(c, &flags.node).await?;
+        ensure_objects(c, &flags.node, flags.fabric_status_per_node).await?;
     }
     let (net, health) = serve_metrics(flags.metrics_addr);
     let mut resolver = PodResolver {
@@ -486,7 +492,8 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
         if let Some(c) = &client {
             let flows =
                 report::flow_aggregate_status(&window, &resolver, start_at.clone(), end.clone());
-            if let Err(e) = write_status(c, &flags.node, &json!(fabric), &json!(flows)).await {
+            let fabric = flags.fabric_status_per_node.then(|| json!(fabric));
+            if let Err(e) = write_status(c, &flags.node, fabric.as_ref(), &json!(flows)).await {
                 net.write_errors.inc();
                 warn!(error = %format!("{e:#}"), "write the node's network objects");
             }
@@ -736,20 +743,23 @@ async fn node_pods(
     Ok((by_uid, ips))
 }
 
-/// Creates the node's GryviaFabricSignal and GryviaFlowAggregate when they are missing.
-async fn ensure_objects(client: &kube::Client, node: &str) -> anyhow::Result<()> {
+/// Creates the node's GryviaFlowAggregate, and its GryviaFabricSignal when `fabric`, when they
+/// are missing.
+async fn ensure_objects(client: &kube::Client, node: &str, fabric: bool) -> anyhow::Result<()> {
     let params = PatchParams::apply(MANAGER).force();
     let spec = json!({"nodeName": node});
-    Api::<GryviaFabricSignal>::all(client.clone())
-        .patch(
-            node,
-            &params,
-            &Patch::Apply(json!({
+    if fabric {
+        Api::<GryviaFabricSignal>::all(client.clone())
+            .patch(
+                node,
+                &params,
+                &Patch::Apply(json!({
             "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaFabricSignal",
             "metadata": {"name": node}, "spec": spec})),
-        )
-        .await
-        .with_context(|| format!("apply GryviaFabricSignal {node}"))?;
+            )
+            .await
+            .with_context(|| format!("apply GryviaFabricSignal {node}"))?;
+    }
     Api::<GryviaFlowAggregate>::all(client.clone())
         .patch(
             node,
@@ -763,23 +773,27 @@ async fn ensure_objects(client: &kube::Client, node: &str) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Writes the status of the node's GryviaFabricSignal (when `fabric` is given) and
+/// GryviaFlowAggregate.
 async fn write_status(
     client: &kube::Client,
     node: &str,
-    fabric: &serde_json::Value,
+    fabric: Option<&serde_json::Value>,
     flows: &serde_json::Value,
 ) -> anyhow::Result<()> {
     let params = PatchParams::apply(MANAGER).force();
-    Api::<GryviaFabricSignal>::all(client.clone())
-        .patch_status(
-            node,
-            &params,
-            &Patch::Apply(json!({
+    if let Some(fabric) = fabric {
+        Api::<GryviaFabricSignal>::all(client.clone())
+            .patch_status(
+                node,
+                &params,
+                &Patch::Apply(json!({
             "apiVersion": gryvia_types::API_VERSION, "kind": "GryviaFabricSignal",
             "metadata": {"name": node}, "status": fabric})),
-        )
-        .await
-        .with_context(|| format!("write the status of GryviaFabricSignal {node}"))?;
+            )
+            .await
+            .with_context(|| format!("write the status of GryviaFabricSignal {node}"))?;
+    }
     Api::<GryviaFlowAggregate>::all(client.clone())
         .patch_status(
             node,

@@ -356,3 +356,54 @@ fn without_root_the_collector_exits_with_one_clear_line() {
         "error: the collector must run as root (effective uid 65534): loading eBPF programs needs CAP_BPF and CAP_NET_ADMIN"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fabric_status_per_node_the_collector_writes_only_the_flow_aggregate() {
+    if !root() {
+        return;
+    }
+    let Some(client) = gryvia_testsupport::client().await else {
+        return;
+    };
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(&client, "nofabric").await.unwrap();
+    let node = format!("{}-node", ns.name);
+    let port = 19_800 + u16::try_from(std::process::id() % 90).unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let _tracefs = TracefsGuard::new();
+    let _collector = Process::start(
+        env!("CARGO_BIN_EXE_gryvia-collector"),
+        &[
+            "--node",
+            &node,
+            "--interval",
+            "1",
+            "--programs",
+            "cgroup-traffic",
+            "--fabric-status-per-node=false",
+            "--metrics-addr",
+            &addr,
+        ],
+        None,
+        "gryvia-collector-no-fabric",
+    )
+    .unwrap();
+    let aggregates: Api<GryviaFlowAggregate> = Api::all(client.clone());
+    // A window written...
+    wait_for("two windows", Duration::from_secs(60), || async {
+        let a = aggregates.get_opt(&node).await.ok()??.status?;
+        a.window_start
+            .as_ref()
+            .zip(a.window_end.as_ref())
+            .is_some_and(|(s, e)| e.0 > s.0)
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // ...and no fabric signal for the node.
+    let signals: Api<GryviaFabricSignal> = Api::all(client.clone());
+    assert!(signals.get_opt(&node).await.unwrap().is_none());
+}

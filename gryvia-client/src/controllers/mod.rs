@@ -6,6 +6,7 @@
 pub mod aijob;
 pub mod budget;
 pub mod collector_config;
+pub mod fabric_merge;
 pub mod flow_policy;
 pub mod health_check;
 pub mod invoice;

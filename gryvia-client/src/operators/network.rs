@@ -12,7 +12,8 @@
 use super::{ControllerSet, OperatorFlags};
 use crate::Result;
 use crate::controllers::{
-    collector_config, flow_policy, network_baseline, network_cost, service_graph, training_insight,
+    collector_config, fabric_merge, flow_policy, network_baseline, network_cost, service_graph,
+    training_insight,
 };
 
 /// Name of the operator (its Lease, its logs).
@@ -23,13 +24,18 @@ pub const NAME: &str = "gryvia-network-operator";
 #[derive(clap::Parser, Debug)]
 #[command(name = "gryvia-network-operator", version)]
 pub struct Flags {
+    /// Keep the GryviaFabricSignal `cluster` (`spec.nodeName: "*"`), whose status lists every
+    /// node's fabric signal and sums the fresh ones (opt-in; chart value
+    /// networkOperator.mergeFabricSignals).
+    #[arg(long, env = "GRYVIA_MERGE_FABRIC_SIGNALS")]
+    pub merge_fabric_signals: bool,
     /// Flags every operator takes.
     #[command(flatten)]
     pub operator: OperatorFlags,
 }
 
 /// The controllers the network-operator runs.
-pub fn controllers(_flags: &Flags) -> ControllerSet {
+pub fn controllers(flags: &Flags) -> ControllerSet {
     ControllerSet::new()
         .with(network_baseline::baseline_controller)
         .with(network_baseline::anomaly_controller)
@@ -39,6 +45,7 @@ pub fn controllers(_flags: &Flags) -> ControllerSet {
         .with(collector_config::controller)
         .with(flow_policy::flow_policy_controller)
         .with(flow_policy::auto_policy_controller)
+        .with_if(flags.merge_fabric_signals, fabric_merge::controller)
 }
 
 /// Runs the network-operator until SIGTERM.

@@ -152,6 +152,7 @@ GryviaFabricSignalSpec = Object
 GryviaFabricSignalStatus = Object
 GryviaFabricSignalStatusConfig = Object
 GryviaFabricSignalStatusInterfaces = Object
+GryviaFabricSignalStatusNodes = Object
 GryviaFlowAggregateSpec = Object
 GryviaFlowAggregateStatus = Object
 GryviaFlowAggregateStatusFlows = Object

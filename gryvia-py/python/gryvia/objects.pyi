@@ -2058,7 +2058,9 @@ class GryviaFabricSignalSpec(Object):
     """Per-node fabric health from the collector: interface counters, retransmissions and RTT."""
     @property
     def node_name(self) -> str:
-        """Node the signal describes."""
+        """Node the signal describes; `*` for the signal that merges every node's
+        (`--merge-fabric-signals`).
+        """
 
 class GryviaFabricSignalStatusConfig(Object):
     """The GryviaCollectorConfig the collector follows (none: its command-line settings)."""
@@ -2108,6 +2110,45 @@ class GryviaFabricSignalStatusInterfaces(Object):
     def tx_errors(self) -> int:
         """Transmit errors in the window."""
 
+class GryviaFabricSignalStatusNodes(Object):
+    """A node's fabric signal as the merged signal lists it."""
+    @property
+    def drops_and_errors(self) -> int:
+        """Drops and errors on its fabric interfaces in its last window."""
+    @property
+    def fresh(self) -> bool:
+        """Whether it was updated within three of its windows."""
+    @property
+    def interfaces_down(self) -> List[str]:
+        """Its fabric interfaces whose operational state is not `up`.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'interfacesDown' in obj`` tells).
+        """
+    @property
+    def median_srtt_micros(self) -> int:
+        """Median smoothed RTT of its last window, microseconds.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'medianSrttMicros' in obj`` tells).
+        """
+    @property
+    def node(self) -> str:
+        """Node."""
+    @property
+    def rx_packets(self) -> int:
+        """Frames received on its fabric interfaces in its last window."""
+    @property
+    def tcp_retransmits(self) -> int:
+        """TCP retransmissions in its last window."""
+    @property
+    def updated_at(self) -> str:
+        """When its collector last wrote it.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'updatedAt' in obj`` tells).
+        """
+    @property
+    def window_seconds(self) -> int:
+        """Its window, seconds."""
+
 class GryviaFabricSignalStatus(Object):
     """Fabric counters of a node."""
     @property
@@ -2127,6 +2168,19 @@ class GryviaFabricSignalStatus(Object):
         """Median smoothed RTT over flows, microseconds.
 
         Optional: reading it when it is unset raises ``AttributeError`` (``'medianSrttMicros' in obj`` tells).
+        """
+    @property
+    def nodes(self) -> List[GryviaFabricSignalStatusNodes]:
+        """The merged signal (`spec.nodeName: "*"`, kept by the network-operator with
+        `--merge-fabric-signals`): one entry per node's signal, by node name.
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'nodes' in obj`` tells).
+        """
+    @property
+    def nodes_reporting(self) -> int:
+        """The merged signal: nodes whose signal is fresh (updated within three of its windows).
+
+        Optional: reading it when it is unset raises ``AttributeError`` (``'nodesReporting' in obj`` tells).
         """
     @property
     def policy_drops(self) -> ObjectMap[int]:

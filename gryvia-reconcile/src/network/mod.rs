@@ -8,6 +8,7 @@ pub mod anomaly;
 pub mod baseline;
 pub mod collector;
 pub mod cost;
+pub mod fabric;
 pub mod flows;
 pub mod graph;
 pub mod learn;

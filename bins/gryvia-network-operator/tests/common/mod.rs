@@ -118,10 +118,15 @@ pub async fn store_service(client: &kube::Client, ns: &str) -> String {
 /// The network-operator binary, running under `access` (its ClusterRole) with its lease in
 /// `ns`, logging to `target/e2e-logs/<log>.log`.
 pub fn operator(access: &ServiceAccountAccess, ns: &str, log: &str) -> Process {
+    operator_with(access, ns, log, &[])
+}
+
+/// [`operator`] with more flags.
+pub fn operator_with(access: &ServiceAccountAccess, ns: &str, log: &str, args: &[&str]) -> Process {
     Process::operator(
         env!("CARGO_BIN_EXE_gryvia-network-operator"),
         ns,
-        &[],
+        args,
         Some(&access.kubeconfig),
         log,
     )

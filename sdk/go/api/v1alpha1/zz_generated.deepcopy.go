@@ -1960,6 +1960,19 @@ func (in *GryviaFabricSignalStatus) DeepCopyInto(out *GryviaFabricSignalStatus) 
 		*out = new(int64)
 		**out = **in
 	}
+	if in.Nodes != nil {
+		in, out := &in.Nodes, &out.Nodes
+		*out = make([]GryviaFabricSignalStatusNode, len(*in))
+		copy(*out, *in)
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
+	if in.NodesReporting != nil {
+		in, out := &in.NodesReporting, &out.NodesReporting
+		*out = new(int32)
+		**out = **in
+	}
 	if in.PolicyDrops != nil {
 		in, out := &in.PolicyDrops, &out.PolicyDrops
 		*out = make(map[string]int64, len(*in))
@@ -2055,6 +2068,61 @@ func (in *GryviaFabricSignalStatusInterface) DeepCopy() *GryviaFabricSignalStatu
 		return nil
 	}
 	out := new(GryviaFabricSignalStatusInterface)
+	in.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyInto copies in into out; out shares no memory with in.
+func (in *GryviaFabricSignalStatusNode) DeepCopyInto(out *GryviaFabricSignalStatusNode) {
+	*out = *in
+	if in.DropsAndErrors != nil {
+		in, out := &in.DropsAndErrors, &out.DropsAndErrors
+		*out = new(int64)
+		**out = **in
+	}
+	if in.Fresh != nil {
+		in, out := &in.Fresh, &out.Fresh
+		*out = new(bool)
+		**out = **in
+	}
+	if in.InterfacesDown != nil {
+		in, out := &in.InterfacesDown, &out.InterfacesDown
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.MedianSrttMicros != nil {
+		in, out := &in.MedianSrttMicros, &out.MedianSrttMicros
+		*out = new(int64)
+		**out = **in
+	}
+	if in.RxPackets != nil {
+		in, out := &in.RxPackets, &out.RxPackets
+		*out = new(int64)
+		**out = **in
+	}
+	if in.TCPRetransmits != nil {
+		in, out := &in.TCPRetransmits, &out.TCPRetransmits
+		*out = new(int64)
+		**out = **in
+	}
+	if in.UpdatedAt != nil {
+		in, out := &in.UpdatedAt, &out.UpdatedAt
+		*out = new(metav1.Time)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.WindowSeconds != nil {
+		in, out := &in.WindowSeconds, &out.WindowSeconds
+		*out = new(int32)
+		**out = **in
+	}
+}
+
+// DeepCopy returns a deep copy of in, or nil when in is nil.
+func (in *GryviaFabricSignalStatusNode) DeepCopy() *GryviaFabricSignalStatusNode {
+	if in == nil {
+		return nil
+	}
+	out := new(GryviaFabricSignalStatusNode)
 	in.DeepCopyInto(out)
 	return out
 }

@@ -1809,7 +1809,8 @@ type GryviaFabricSignalList struct {
 //
 // Per-node fabric health from the collector: interface counters, retransmissions and RTT.
 type GryviaFabricSignalSpec struct {
-	// Node the signal describes.
+	// Node the signal describes; `*` for the signal that merges every node's
+	// (`--merge-fabric-signals`).
 	NodeName string `json:"nodeName"`
 }
 
@@ -1831,6 +1832,17 @@ type GryviaFabricSignalStatus struct {
 	//
 	// +optional
 	MedianSrttMicros *int64 `json:"medianSrttMicros,omitempty"`
+
+	// The merged signal (`spec.nodeName: "*"`, kept by the network-operator with
+	// `--merge-fabric-signals`): one entry per node's signal, by node name.
+	//
+	// +optional
+	Nodes []GryviaFabricSignalStatusNode `json:"nodes,omitempty"`
+
+	// The merged signal: nodes whose signal is fresh (updated within three of its windows).
+	//
+	// +optional
+	NodesReporting *int32 `json:"nodesReporting,omitempty"`
 
 	// Packets the node's deny entries dropped since the collector started, per
 	// GryviaFlowPolicy (`namespace/name`).
@@ -1922,6 +1934,64 @@ type GryviaFabricSignalStatusInterface struct {
 	//
 	// +optional
 	TxErrors *int64 `json:"txErrors,omitempty"`
+}
+
+// GryviaFabricSignalStatusNode is the schema of GryviaFabricSignal .status.nodes[].
+//
+// A node's fabric signal as the merged signal lists it.
+type GryviaFabricSignalStatusNode struct {
+	// Drops and errors on its fabric interfaces in its last window.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	DropsAndErrors *int64 `json:"dropsAndErrors,omitempty"`
+
+	// Whether it was updated within three of its windows.
+	//
+	// The API server defaults it to false.
+	//
+	// +optional
+	Fresh *bool `json:"fresh,omitempty"`
+
+	// Its fabric interfaces whose operational state is not `up`.
+	//
+	// +optional
+	InterfacesDown []string `json:"interfacesDown,omitempty"`
+
+	// Median smoothed RTT of its last window, microseconds.
+	//
+	// +optional
+	MedianSrttMicros *int64 `json:"medianSrttMicros,omitempty"`
+
+	// Node.
+	Node string `json:"node"`
+
+	// Frames received on its fabric interfaces in its last window.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	RxPackets *int64 `json:"rxPackets,omitempty"`
+
+	// TCP retransmissions in its last window.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	TCPRetransmits *int64 `json:"tcpRetransmits,omitempty"`
+
+	// When its collector last wrote it.
+	//
+	// +optional
+	UpdatedAt *metav1.Time `json:"updatedAt,omitempty"`
+
+	// Its window, seconds.
+	//
+	// The API server defaults it to 0.
+	//
+	// +optional
+	WindowSeconds *int32 `json:"windowSeconds,omitempty"`
 }
 
 // GryviaFlowAggregate is a kind of the gryvia.io/v1alpha1 API (cluster-scoped, resource gryviaflowaggregates, short names gfa).
