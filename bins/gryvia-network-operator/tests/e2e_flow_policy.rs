@@ -98,17 +98,12 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
     let node = nodes.names[0].clone();
     // One window: trainer -> store:9000, trainer -> 203.0.113.9:443 (seen from both ends).
     let now = jiff::Timestamp::now();
-    common::write_window(
-        &client,
-        &node,
-        now,
-        json!([
-            common::flow((&trainer, 41000), (&store, 9000), 100, 10, "trainer-0"),
-            common::flow((&store, 9000), (&trainer, 41000), 10, 100, "store-0"),
-            common::flow((&trainer, 41001), ("203.0.113.9", 443), 50, 5, "trainer-0"),
-        ]),
-    )
-    .await;
+    let window = json!([
+        common::flow((&trainer, 41000), (&store, 9000), 100, 10, "trainer-0"),
+        common::flow((&store, 9000), (&trainer, 41000), 10, 100, "store-0"),
+        common::flow((&trainer, 41001), ("203.0.113.9", 443), 50, 5, "trainer-0"),
+    ]);
+    common::write_window(&client, &node, now, window.clone()).await;
 
     // An auto policy that learned since six minutes ago (see the module).
     let autos: Api<GryviaAutoPolicy> = Api::namespaced(client.clone(), n);
@@ -178,8 +173,17 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
     assert_eq!(port.protocol.as_deref(), Some("TCP"));
     assert!(np.metadata.owner_references.unwrap()[0].controller == Some(true));
 
-    // audit: the flow to the outside address is outside its rules (counted once, from the
-    // trainer's record), the one to the store is not.
+    // audit: the window written before it began is not counted; in the node's next window,
+    // the flow to the outside address is outside its rules (counted once, from the trainer's
+    // record), the one to the store is not.
+    let begun = policy_status(&policies, "trainer-audit", "audit begun", |s| {
+        s.since.is_some()
+    })
+    .await;
+    assert_eq!(begun.violations, 0);
+    let next =
+        jiff::Timestamp::now().max(begun.since.unwrap().0) + jiff::SignedDuration::from_secs(1);
+    common::write_window(&client, &node, next, window.clone()).await;
     let st = policy_status(&policies, "trainer-audit", "audit counted", |s| {
         s.violations > 0
     })

@@ -62,7 +62,7 @@ fn ns_name(meta: &ObjectMeta) -> (String, String) {
 fn new_windows<'a>(
     aggregates: &'a [(String, GryviaFlowAggregateStatus)],
     folded: &mut BTreeMap<String, Time>,
-) -> Vec<(&'a str, &'a [FlowRecord])> {
+) -> Vec<(&'a str, Timestamp, &'a [FlowRecord])> {
     let mut out = Vec::new();
     for (node, a) in aggregates {
         let Some(end) = a.window_end.as_ref() else {
@@ -70,7 +70,7 @@ fn new_windows<'a>(
         };
         if newer(folded.get(node), Some(end)) {
             folded.insert(node.clone(), Time(end.0));
-            out.push((node.as_str(), a.flows.as_slice()));
+            out.push((node.as_str(), end.0, a.flows.as_slice()));
         }
     }
     out
@@ -102,7 +102,8 @@ fn describe(record: &FlowRecord, a: &Addresses) -> String {
 }
 
 /// Folds the new windows into an audit policy's status: each record of a flow that touches a
-/// selected pod and that the policy's rules would not allow is a violation.
+/// selected pod and that the policy's rules would not allow is a violation. Windows that ended
+/// by the second the audit began (`since`) are marked folded without counting.
 fn audit(
     namespace: &str,
     name: &str,
@@ -112,9 +113,13 @@ fn audit(
     now: Timestamp,
 ) {
     let np = [compile(name, namespace, spec)];
-    st.since.get_or_insert(Time(now));
+    let since = st.since.get_or_insert(Time(now)).0.as_second();
     let mut folded = std::mem::take(&mut st.folded);
-    for (node, records) in new_windows(&world.aggregates, &mut folded) {
+    for (node, end, records) in new_windows(&world.aggregates, &mut folded) {
+        if end.as_second() <= since {
+            // A window that ended by the second the audit began: marked, not counted.
+            continue;
+        }
         for r in records {
             let Some(f) = flow_of(node, r, &world.addresses) else {
                 continue;
@@ -312,7 +317,7 @@ impl AutoPolicyReconciler {
         };
         let mut flows: BTreeSet<LearnedFlow> = std::mem::take(&mut st.flows).into_iter().collect();
         let mut folded = std::mem::take(&mut st.folded);
-        for (node, records) in new_windows(&world.aggregates, &mut folded) {
+        for (node, _, records) in new_windows(&world.aggregates, &mut folded) {
             for r in records {
                 let Some(f) = flow_of(node, r, &world.addresses) else {
                     continue;
@@ -575,7 +580,10 @@ mod tests {
         );
         assert_eq!((st.drops, st.drops_by_node.len()), (7, 1));
 
+        // A window that ended by the second the audit began is not counted.
         let plan = FlowPolicyReconciler.reconcile(&flow_policy(FlowAction::Audit), &w, at(10));
+        assert_eq!(plan.status.unwrap().violations, 0);
+        let plan = FlowPolicyReconciler.reconcile(&flow_policy(FlowAction::Audit), &w, at(9));
         let st = plan.status.unwrap();
         assert_eq!(st.violations, 1);
         assert_eq!(st.recent_violations, ["ml/trainer -> 203.0.113.5:443/TCP"]);
