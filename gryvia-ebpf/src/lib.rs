@@ -337,18 +337,8 @@ impl Collector {
     /// # Errors
     /// [`Error::Map`] when a map cannot be read.
     pub fn read(&self) -> Result<RawMaps> {
-        fn map<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
-            ebpf.map(name).ok_or_else(|| Error::Map {
-                map: name.to_owned(),
-                reason: "not in the object".into(),
-            })
-        }
-        fn err(name: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
-            move |e| Error::Map {
-                map: name.to_owned(),
-                reason: e.to_string(),
-            }
-        }
+        use map_err as err;
+        use map_ref as map;
         let mut raw = RawMaps::default();
         let m: PerCpuHashMap<&MapData, u64, Traffic> =
             PerCpuHashMap::try_from(map(&self.ebpf, "CGROUP_TRAFFIC")?)
@@ -412,6 +402,13 @@ fn map_err(name: &str) -> impl Fn(aya::maps::MapError) -> Error + '_ {
         map: name.to_owned(),
         reason: e.to_string(),
     }
+}
+
+fn map_ref<'a>(ebpf: &'a Ebpf, name: &str) -> Result<&'a aya::maps::Map> {
+    ebpf.map(name).ok_or_else(|| Error::Map {
+        map: name.to_owned(),
+        reason: "not in the object".into(),
+    })
 }
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::maps::Map> {
@@ -546,12 +543,9 @@ impl Collector {
     /// # Errors
     /// [`Error::Map`] when the counters cannot be read.
     pub fn deny_drops(&self) -> Result<Vec<u64>> {
-        let map = self.ebpf.map("DENY_DROPS").ok_or_else(|| Error::Map {
-            map: "DENY_DROPS".into(),
-            reason: "not in the object".into(),
-        })?;
         let drops: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(map_err("DENY_DROPS"))?;
+            PerCpuArray::try_from(map_ref(&self.ebpf, "DENY_DROPS")?)
+                .map_err(map_err("DENY_DROPS"))?;
         drops
             .iter()
             .map(|v| {

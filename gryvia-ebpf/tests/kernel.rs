@@ -110,6 +110,33 @@ impl Drop for Netns {
     }
 }
 
+/// A veth pair from the host into `ns`: `<net>.1/30` on the host's end, `<net>.2/30` in the
+/// namespace. No IPv6 and static neighbours, so the only frames on the wire are the test's.
+/// Returns the host end's name and interface index (delete it when done).
+fn veth_into(ns: &Netns, prefix: &str, net: [u8; 3]) -> (String, u32) {
+    let host_if = unique(&format!("{prefix}h"));
+    let peer_if = unique(&format!("{prefix}p"));
+    let [a, b, c] = net;
+    sh(&format!(
+        "ip link add {host_if} type veth peer name {peer_if} && \
+         ip link set {peer_if} netns {n} && \
+         sysctl -qw net.ipv6.conf.{host_if}.disable_ipv6=1 && \
+         ip netns exec {n} sysctl -qw net.ipv6.conf.{peer_if}.disable_ipv6=1 && \
+         ip addr add {a}.{b}.{c}.1/30 dev {host_if} && \
+         ip netns exec {n} ip addr add {a}.{b}.{c}.2/30 dev {peer_if} && \
+         ip link set {host_if} up && ip netns exec {n} ip link set {peer_if} up && \
+         ip netns exec {n} ip neigh replace {a}.{b}.{c}.1 lladdr $(cat /sys/class/net/{host_if}/address) dev {peer_if} nud permanent && \
+         ip neigh replace {a}.{b}.{c}.2 lladdr $(ip netns exec {n} cat /sys/class/net/{peer_if}/address) dev {host_if} nud permanent",
+        n = ns.0
+    ));
+    let ifindex = std::fs::read_to_string(format!("/sys/class/net/{host_if}/ifindex"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (host_if, ifindex)
+}
+
 /// Runs gryvia-traffic in `cgroup` (optionally inside a network namespace) and returns what it
 /// printed.
 fn traffic(cgroup: &Path, netns: Option<&str>, args: &str) -> Value {
@@ -236,26 +263,7 @@ fn udp_across_a_veth_pair_is_counted_by_xdp_and_the_cgroup() {
     // Dropped after everything below (the collector first), so tracefs is free to unmount.
     let _tracefs = TracefsGuard::new();
     let ns = Netns::new();
-    let host_if = unique("gvh");
-    let peer_if = unique("gvp");
-    // No IPv6 and static neighbours: the only frames on the wire are the test's datagrams.
-    sh(&format!(
-        "ip link add {host_if} type veth peer name {peer_if} && \
-         ip link set {peer_if} netns {n} && \
-         sysctl -qw net.ipv6.conf.{host_if}.disable_ipv6=1 && \
-         ip netns exec {n} sysctl -qw net.ipv6.conf.{peer_if}.disable_ipv6=1 && \
-         ip addr add 10.213.7.1/30 dev {host_if} && \
-         ip netns exec {n} ip addr add 10.213.7.2/30 dev {peer_if} && \
-         ip link set {host_if} up && ip netns exec {n} ip link set {peer_if} up && \
-         ip netns exec {n} ip neigh replace 10.213.7.1 lladdr $(cat /sys/class/net/{host_if}/address) dev {peer_if} nud permanent && \
-         ip neigh replace 10.213.7.2 lladdr $(ip netns exec {n} cat /sys/class/net/{peer_if}/address) dev {host_if} nud permanent",
-        n = ns.0
-    ));
-    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{host_if}/ifindex"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (host_if, ifindex) = veth_into(&ns, "gv", [10, 213, 7]);
     let collector = start(&Options {
         interfaces: vec![host_if.clone()],
         ..Options::default()
@@ -319,25 +327,7 @@ fn a_deny_entry_drops_exactly_its_traffic_and_counts_it_per_rule() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let _tracefs = TracefsGuard::new();
     let ns = Netns::new();
-    let host_if = unique("gdh");
-    let peer_if = unique("gdp");
-    sh(&format!(
-        "ip link add {host_if} type veth peer name {peer_if} && \
-         ip link set {peer_if} netns {n} && \
-         sysctl -qw net.ipv6.conf.{host_if}.disable_ipv6=1 && \
-         ip netns exec {n} sysctl -qw net.ipv6.conf.{peer_if}.disable_ipv6=1 && \
-         ip addr add 10.213.9.1/30 dev {host_if} && \
-         ip netns exec {n} ip addr add 10.213.9.2/30 dev {peer_if} && \
-         ip link set {host_if} up && ip netns exec {n} ip link set {peer_if} up && \
-         ip netns exec {n} ip neigh replace 10.213.9.1 lladdr $(cat /sys/class/net/{host_if}/address) dev {peer_if} nud permanent && \
-         ip neigh replace 10.213.9.2 lladdr $(ip netns exec {n} cat /sys/class/net/{peer_if}/address) dev {host_if} nud permanent",
-        n = ns.0
-    ));
-    let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{host_if}/ifindex"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (host_if, ifindex) = veth_into(&ns, "gd", [10, 213, 9]);
     let mut collector = start(&Options {
         programs: Programs {
             tcp_flows: false,

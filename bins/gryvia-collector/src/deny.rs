@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gryvia_ebpf::{
     Collector, DIRECTION_EGRESS, DIRECTION_INGRESS, DenyEntry, DenyKey, MAX_DENY_RULES,
 };
-use gryvia_reconcile::network::policy::deny_entries;
-use gryvia_types::{FlowAction, GryviaFlowPolicy, ResolvedDeny};
+use gryvia_reconcile::network::policy::{assign_counters, deny_entries, deny_policies};
+use gryvia_types::{GryviaFlowPolicy, ResolvedDeny};
 use kube::api::Api;
 use tracing::warn;
 
@@ -46,20 +46,7 @@ pub async fn follow_policies(
         if store.wait_until_ready().now_or_never().is_none() {
             continue;
         }
-        let next: DenyPolicies = store
-            .state()
-            .iter()
-            .filter(|p| p.spec.action == FlowAction::Deny)
-            .filter_map(|p| {
-                let deny = p.status.as_ref()?.deny.clone()?;
-                let key = format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                );
-                Some((key, deny))
-            })
-            .collect();
+        let next = deny_policies(store.state().iter().map(AsRef::as_ref));
         tx.send_if_modified(|cur| {
             let new = cur.as_ref() != Some(&next);
             if new {
@@ -87,26 +74,6 @@ impl Denying {
         self.loaded = None;
     }
 
-    /// Keeps each policy's counter index while it exists; a new policy takes the lowest free.
-    fn indexes(&mut self, policies: &DenyPolicies) {
-        self.index.retain(|k, _| policies.contains_key(k));
-        for key in policies.keys() {
-            if self.index.contains_key(key) {
-                continue;
-            }
-            let used: BTreeSet<u32> = self.index.values().copied().collect();
-            match (0..MAX_DENY_RULES).find(|i| !used.contains(i)) {
-                Some(i) => {
-                    self.index.insert(key.clone(), i);
-                    self.fresh.push(i);
-                }
-                None => {
-                    warn!(policy = %key, "more deny policies than the {MAX_DENY_RULES} drop counters: not enforced on this node")
-                }
-            }
-        }
-    }
-
     /// Loads the entries of `policies` for the pods at `local` addresses, when they differ from
     /// what is loaded.
     ///
@@ -118,7 +85,11 @@ impl Denying {
         policies: &DenyPolicies,
         local: &BTreeSet<String>,
     ) -> anyhow::Result<()> {
-        self.indexes(policies);
+        let (fresh, without) = assign_counters(&mut self.index, policies.keys(), MAX_DENY_RULES);
+        self.fresh.extend(fresh);
+        for key in without {
+            warn!(policy = %key, "more deny policies than the {MAX_DENY_RULES} drop counters: not enforced on this node");
+        }
         let mut entries = Vec::new();
         let mut active = BTreeSet::new();
         for (key, deny) in policies {
@@ -228,38 +199,5 @@ impl Enforcer {
     /// Packets dropped per policy with entries on this node.
     pub fn drops(&self, collector: &Collector) -> BTreeMap<String, i64> {
         self.denying.drops(collector)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policies(keys: &[&str]) -> DenyPolicies {
-        keys.iter()
-            .map(|k| ((*k).to_owned(), ResolvedDeny::default()))
-            .collect()
-    }
-
-    #[test]
-    fn a_policy_keeps_its_drop_counter_and_a_new_one_takes_the_lowest_free() {
-        let mut d = Denying::default();
-        d.indexes(&policies(&["ml/a", "ml/b", "ml/c"]));
-        assert_eq!(
-            (d.index["ml/a"], d.index["ml/b"], d.index["ml/c"]),
-            (0, 1, 2)
-        );
-        // b goes, d comes: a and c keep theirs, d takes b's.
-        d.indexes(&policies(&["ml/a", "ml/c", "ml/d"]));
-        assert_eq!(
-            (d.index["ml/a"], d.index["ml/c"], d.index["ml/d"]),
-            (0, 2, 1)
-        );
-        assert_eq!(
-            d.fresh,
-            [0, 1, 2, 1],
-            "d's counter is zeroed before its first load"
-        );
-        assert!(!d.index.contains_key("ml/b"));
     }
 }

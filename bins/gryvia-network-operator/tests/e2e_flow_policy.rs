@@ -59,8 +59,22 @@ async fn setup(
     (ns, access, nodes, trainer, store)
 }
 
-async fn create_policy(client: &kube::Client, ns: &str, body: serde_json::Value) {
+/// A GryviaFlowPolicy `name` in `ns` for the trainer's pods, with `action` and one egress rule
+/// to the store's pods on `ports` (every port when empty).
+async fn trainer_policy(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    action: &str,
+    ports: serde_json::Value,
+) {
     let api: Api<GryviaFlowPolicy> = Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowPolicy",
+        "metadata": {"name": name},
+        "spec": {"podSelector": {"app": "trainer"}, "action": action,
+                 "egress": [{"podSelector": {"app": "store"}, "ports": ports}]}
+    });
     api.create(
         &PostParams::default(),
         &serde_json::from_value(body).unwrap(),
@@ -129,29 +143,15 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
         .await
         .unwrap();
 
-    create_policy(
+    trainer_policy(
         &client,
         n,
-        json!({
-            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowPolicy",
-            "metadata": {"name": "trainer-out"},
-            "spec": {"podSelector": {"app": "trainer"}, "action": "allow",
-                     "egress": [{"podSelector": {"app": "store"},
-                                 "ports": [{"port": 9000, "protocol": "TCP"}]}]}
-        }),
+        "trainer-out",
+        "allow",
+        json!([{"port": 9000, "protocol": "TCP"}]),
     )
     .await;
-    create_policy(
-        &client,
-        n,
-        json!({
-            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowPolicy",
-            "metadata": {"name": "trainer-audit"},
-            "spec": {"podSelector": {"app": "trainer"}, "action": "audit",
-                     "egress": [{"podSelector": {"app": "store"}}]}
-        }),
-    )
-    .await;
+    trainer_policy(&client, n, "trainer-audit", "audit", json!([])).await;
     let _operator = common::operator(&operator_access, n, "network-operator-flow-policy");
     let policies: Api<GryviaFlowPolicy> = Api::namespaced(client.clone(), n);
     let netpols: Api<NetworkPolicy> = Api::namespaced(client.clone(), n);
@@ -345,16 +345,12 @@ async fn deny_is_enforced_by_the_collectors_ebpf_program_and_its_drops_are_count
         setup(&client, "flowdeny").await;
     let n = ns.name.as_str();
     let node = nodes.names[0].clone();
-    create_policy(
+    trainer_policy(
         &client,
         n,
-        json!({
-            "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaFlowPolicy",
-            "metadata": {"name": "no-store-9"},
-            "spec": {"podSelector": {"app": "trainer"}, "action": "deny",
-                     "egress": [{"podSelector": {"app": "store"},
-                                 "ports": [{"port": 9, "protocol": "UDP"}]}]}
-        }),
+        "no-store-9",
+        "deny",
+        json!([{"port": 9, "protocol": "UDP"}]),
     )
     .await;
     let _operator = common::operator(&operator_access, n, "network-operator-flow-deny");

@@ -123,7 +123,8 @@ pub fn learn(flows: &[Flow]) -> Vec<(Workload, GryviaFlowPolicySpec)> {
         .collect()
 }
 
-fn protocol_name(p: Protocol) -> &'static str {
+/// A protocol as a NetworkPolicy port names it.
+pub fn protocol_name(p: Protocol) -> &'static str {
     match p {
         Protocol::TCP => "TCP",
         Protocol::UDP => "UDP",

@@ -24,7 +24,7 @@ use gryvia_types::{
 };
 
 use super::flows::local_is_client;
-use super::learn::{Flow, Peer, allows, learn};
+use super::learn::{Flow, Peer, allows, learn, protocol_name};
 use super::newer;
 use super::policy::{
     Addresses, compile, flow_of, learned, replayed, resolve_deny, selects, suggestion_name,
@@ -90,10 +90,7 @@ fn describe(record: &FlowRecord, a: &Addresses) -> String {
     } else {
         (&record.dst_ip, &record.src_ip, record.src_port)
     };
-    let proto = serde_json::to_value(record.protocol)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let proto = protocol_name(record.protocol);
     format!(
         "{} -> {}:{port}/{proto}",
         end_name(client, a),

@@ -22,12 +22,13 @@ use gryvia_types::k8s_openapi::api::networking::v1::{
 use gryvia_types::k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use gryvia_types::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use gryvia_types::{
-    CachedPod, FlowEnd, FlowRecord, FlowRule, GryviaFlowPolicySpec, LearnedFlow, Protocol,
-    ResolvedDeny, ResolvedRule,
+    CachedPod, FlowAction, FlowEnd, FlowRecord, FlowRule, GryviaFlowPolicy, GryviaFlowPolicySpec,
+    LearnedFlow, Protocol, ResolvedDeny, ResolvedRule,
 };
 
 use super::flows::{JOB_LABEL, controller_of, local_is_client, workload_of};
-use super::learn::{Flow, NAMESPACE_NAME_LABEL, Peer, Workload};
+use super::learn::{Flow, NAMESPACE_NAME_LABEL, Peer, Workload, protocol_name};
+use crate::facts::labels_match;
 
 /// Label on a NetworkPolicy rendered from a GryviaFlowPolicy: the flow policy's name.
 pub const FLOW_POLICY_LABEL: &str = "gryvia.io/flow-policy";
@@ -214,15 +215,6 @@ fn selector(labels: &BTreeMap<String, String>) -> LabelSelector {
     }
 }
 
-fn protocol_name(p: Protocol) -> String {
-    match p {
-        Protocol::TCP => "TCP",
-        Protocol::UDP => "UDP",
-        Protocol::SCTP => "SCTP",
-    }
-    .to_owned()
-}
-
 fn peers(rule: &FlowRule) -> Option<Vec<NetworkPolicyPeer>> {
     let mut out = Vec::new();
     if !rule.pod_selector.is_empty() || !rule.namespace_selector.is_empty() {
@@ -251,7 +243,7 @@ fn ports(rule: &FlowRule) -> Option<Vec<NetworkPolicyPort>> {
             .iter()
             .map(|p| NetworkPolicyPort {
                 port: Some(IntOrString::Int(p.port)),
-                protocol: Some(protocol_name(p.protocol)),
+                protocol: Some(protocol_name(p.protocol).to_owned()),
                 end_port: None,
             })
             .collect()
@@ -301,10 +293,6 @@ pub fn compile(name: &str, namespace: &str, spec: &GryviaFlowPolicySpec) -> Netw
     }
 }
 
-fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 /// A valid IPv4 block `a.b.c.d/n` (a bare address is its /32); `None` for anything else.
 pub fn ipv4_block(cidr: &str) -> Option<(Ipv4Addr, u8)> {
     let (addr, len) = cidr.split_once('/').unwrap_or((cidr, "32"));
@@ -337,9 +325,9 @@ fn rule_blocks(
             } else {
                 let mut labels = namespaces.get(&p.namespace).cloned().unwrap_or_default();
                 labels.insert(NAMESPACE_NAME_LABEL.to_owned(), p.namespace.clone());
-                matches(&rule.namespace_selector, &labels)
+                labels_match(&rule.namespace_selector, &labels)
             };
-            if ns_ok && matches(&rule.pod_selector, &p.labels) && ipv4_block(ip).is_some() {
+            if ns_ok && labels_match(&rule.pod_selector, &p.labels) && ipv4_block(ip).is_some() {
                 out.insert(format!("{ip}/32"));
             }
         }
@@ -361,7 +349,7 @@ pub fn resolve_deny(
         .iter()
         .filter(|(ip, p)| {
             p.namespace == namespace
-                && matches(&spec.pod_selector, &p.labels)
+                && labels_match(&spec.pod_selector, &p.labels)
                 && ipv4_block(ip).is_some()
         })
         .map(|(ip, _)| ip.clone())
@@ -449,11 +437,58 @@ pub fn deny_entries(deny: &ResolvedDeny, local: impl Fn(&str) -> bool) -> Vec<De
     out.into_iter().collect()
 }
 
+/// The deny policies among `policies` that carry resolved addresses, by `namespace/name`:
+/// what a node's collector enforces.
+pub fn deny_policies<'a>(
+    policies: impl IntoIterator<Item = &'a GryviaFlowPolicy>,
+) -> BTreeMap<String, ResolvedDeny> {
+    policies
+        .into_iter()
+        .filter(|p| p.spec.action == FlowAction::Deny)
+        .filter_map(|p| {
+            let deny = p.status.as_ref()?.deny.clone()?;
+            let key = format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
+            );
+            Some((key, deny))
+        })
+        .collect()
+}
+
+/// Gives each of `keys` a drop-counter index below `max`, kept in `index` while the key stays:
+/// a key that left frees its index, a new key takes the lowest free one. Returns the indexes
+/// given out now (their counters must start at zero) and the keys left without one.
+pub fn assign_counters<'a>(
+    index: &mut BTreeMap<String, u32>,
+    keys: impl IntoIterator<Item = &'a String>,
+    max: u32,
+) -> (Vec<u32>, Vec<String>) {
+    let keys: BTreeSet<&String> = keys.into_iter().collect();
+    index.retain(|k, _| keys.contains(k));
+    let (mut fresh, mut without) = (Vec::new(), Vec::new());
+    for key in keys {
+        if index.contains_key(key) {
+            continue;
+        }
+        let used: BTreeSet<u32> = index.values().copied().collect();
+        match (0..max).find(|i| !used.contains(i)) {
+            Some(i) => {
+                index.insert(key.clone(), i);
+                fresh.push(i);
+            }
+            None => without.push(key.clone()),
+        }
+    }
+    (fresh, without)
+}
+
 /// Whether `selector` (a flow policy's or auto policy's pod selector in `namespace`) selects
 /// the pod end `p`.
 pub fn selects(namespace: &str, selector: &BTreeMap<String, String>, p: &Peer) -> bool {
     matches!(p, Peer::Pod { workload, labels }
-        if workload.namespace == namespace && matches(selector, labels))
+        if workload.namespace == namespace && labels_match(selector, labels))
 }
 
 /// The name of a workload's suggested policy: `<auto policy>-<workload>`, cut to 63
@@ -626,6 +661,23 @@ mod tests {
             remote: Ipv4Addr::new(10, 0, 2, 7),
             prefix: 32,
         }));
+    }
+
+    #[test]
+    fn a_policy_keeps_its_drop_counter_and_a_new_one_takes_the_lowest_free() {
+        let keys = |ks: &[&str]| ks.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
+        let mut index = BTreeMap::new();
+        let (fresh, without) = assign_counters(&mut index, &keys(&["ml/a", "ml/b", "ml/c"]), 8);
+        assert_eq!((index["ml/a"], index["ml/b"], index["ml/c"]), (0, 1, 2));
+        assert_eq!((fresh, without.len()), (vec![0, 1, 2], 0));
+        // b goes, d comes: a and c keep theirs, d takes b's (to be zeroed before its first load).
+        let (fresh, _) = assign_counters(&mut index, &keys(&["ml/a", "ml/c", "ml/d"]), 8);
+        assert_eq!((index["ml/a"], index["ml/c"], index["ml/d"]), (0, 2, 1));
+        assert_eq!(fresh, [1]);
+        assert!(!index.contains_key("ml/b"));
+        // No counter left: the new key is named.
+        let (_, without) = assign_counters(&mut index, &keys(&["ml/a", "ml/c", "ml/d", "ml/e"]), 3);
+        assert_eq!(without, ["ml/e"]);
     }
 
     #[test]
