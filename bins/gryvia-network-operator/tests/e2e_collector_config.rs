@@ -13,7 +13,7 @@ mod common;
 
 use std::time::Duration;
 
-use gryvia_testsupport::{KwokNodes, Process, TestNamespace, wait_for};
+use gryvia_testsupport::{Process, wait_for};
 use gryvia_types::conditions;
 use gryvia_types::{
     AppliedCollectorConfig, CollectorProgram, GryviaCollectorConfig, GryviaFabricSignal,
@@ -72,19 +72,12 @@ async fn config_ready(
 )]
 async fn the_collector_follows_its_nodes_config_without_a_restart_and_the_config_says_who_runs_it()
 {
-    if !common::root("the collector config e2e test") {
-        return;
-    }
-    let Some(client) = gryvia_testsupport::client().await else {
+    let Some(rig) = common::root_rig("the collector config e2e test", "collcfg", "config", 1).await
+    else {
         return;
     };
-    gryvia_client::crds::install(&client, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let ns = TestNamespace::create(&client, "collcfg").await.unwrap();
-    let n = ns.name.as_str();
-    let (operator_access, collector_access) = common::accesses(&client, n, "config").await;
-    let nodes = KwokNodes::create(&client, "collcfg", 1, 1).await.unwrap();
+    let (client, n, nodes) = (&rig.client, rig.ns.name.as_str(), &rig.nodes);
+    let (operator_access, collector_access) = (&rig.operator, &rig.collector);
     let node = nodes.names[0].clone();
     // Only this node is selected (another test's collector, on a node without the label,
     // follows no config of this test).
@@ -109,7 +102,7 @@ async fn the_collector_follows_its_nodes_config_without_a_restart_and_the_config
         .create(&PostParams::default(), &config)
         .await
         .unwrap();
-    let _operator = common::operator(&operator_access, n, "network-operator-collector-config");
+    let _operator = common::operator(operator_access, n, "network-operator-collector-config");
     let port = 19_900 + u16::try_from(std::process::id() % 90).unwrap();
     let addr = format!("127.0.0.1:{port}");
     let _collector = Process::start(

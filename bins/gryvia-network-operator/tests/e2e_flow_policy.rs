@@ -121,27 +121,13 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
 
     // An auto policy that learned since six minutes ago (see the module).
     let autos: Api<GryviaAutoPolicy> = Api::namespaced(client.clone(), n);
-    autos
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAutoPolicy",
-                "metadata": {"name": "learn"},
-                "spec": {"learningPeriodMinutes": 5, "mode": "enforce"}
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let since = now - jiff::SignedDuration::from_mins(6);
-    autos
-        .patch_status(
-            "learn",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"learningSince": since.to_string()}})),
-        )
-        .await
-        .unwrap();
+    common::auto_policy(
+        &client,
+        n,
+        "enforce",
+        now - jiff::SignedDuration::from_mins(6),
+    )
+    .await;
 
     trainer_policy(
         &client,
@@ -284,6 +270,7 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
     )
     .await
     .unwrap();
+    common::delete_node_objects(&client, &node).await;
 }
 
 fn sh(cmd: &str) {
@@ -366,7 +353,7 @@ async fn deny_is_enforced_by_the_collectors_ebpf_program_and_its_drops_are_count
     let port = 19_800 + u16::try_from(std::process::id() % 90).unwrap();
     let addr = format!("127.0.0.1:{port}");
     let collector_bin = common::sibling("gryvia-collector");
-    let _collector = Process::start(
+    let collector = Process::start(
         collector_bin.to_str().unwrap(),
         &[
             "--node",
@@ -426,4 +413,6 @@ async fn deny_is_enforced_by_the_collectors_ebpf_program_and_its_drops_are_count
     .await;
     assert_eq!(st.drops, i64::from(count));
     assert_eq!(st.drops_by_node.get(&node), Some(&i64::from(count)));
+    drop(collector);
+    common::delete_node_objects(&client, &node).await;
 }

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use gryvia_testsupport::{Process, ServiceAccountAccess, wait_for};
-use gryvia_types::GryviaFlowAggregate;
+use gryvia_testsupport::{KwokNodes, Process, ServiceAccountAccess, TestNamespace, wait_for};
+use gryvia_types::{GryviaAutoPolicy, GryviaFabricSignal, GryviaFlowAggregate};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// The network-operator's and the collector's access in `ns` (under their ClusterRoles in
@@ -160,4 +160,78 @@ pub fn root(test: &str) -> bool {
 /// A binary built beside the network-operator (`gryvia-collector`, `gryvia-traffic`).
 pub fn sibling(name: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_gryvia-network-operator")).with_file_name(name)
+}
+
+/// What a test of the collector binary starts with (fields in the order they are dropped).
+pub struct RootRig {
+    /// `count` KWOK nodes of the test.
+    pub nodes: KwokNodes,
+    /// The operator's access in the namespace.
+    pub operator: ServiceAccountAccess,
+    /// The collector's access in the namespace.
+    pub collector: ServiceAccountAccess,
+    /// The test namespace.
+    pub ns: TestNamespace,
+    /// The admin client.
+    pub client: kube::Client,
+}
+
+/// As root, against a control plane with the CRDs installed: a test namespace `prefix-…`, the
+/// operator's and the collector's access in it (see [`accesses`]; the collector's named
+/// `collector-<suffix>`) and `count` KWOK nodes `prefix-…`. `None` (the test is skipped)
+/// without root or a control plane, unless demanded (see [`root`]); `test` names it.
+pub async fn root_rig(test: &str, prefix: &str, suffix: &str, count: usize) -> Option<RootRig> {
+    if !root(test) {
+        return None;
+    }
+    let client = gryvia_testsupport::client().await?;
+    gryvia_client::crds::install(&client, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ns = TestNamespace::create(&client, prefix).await.unwrap();
+    let (operator, collector) = accesses(&client, &ns.name, suffix).await;
+    let nodes = KwokNodes::create(&client, prefix, count, 1).await.unwrap();
+    Some(RootRig {
+        nodes,
+        operator,
+        collector,
+        ns,
+        client,
+    })
+}
+
+/// Creates the GryviaAutoPolicy `learn` in `ns` (learning 5 minutes, the shortest, in `mode`)
+/// with its learning begun at `since` (the operator keeps a start it finds), so a test need not
+/// wait the period out.
+pub async fn auto_policy(client: &kube::Client, ns: &str, mode: &str, since: jiff::Timestamp) {
+    let autos: Api<GryviaAutoPolicy> = Api::namespaced(client.clone(), ns);
+    let body = json!({"apiVersion": "gryvia.io/v1alpha1", "kind": "GryviaAutoPolicy",
+                      "metadata": {"name": "learn"},
+                      "spec": {"learningPeriodMinutes": 5, "mode": mode}});
+    autos
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).unwrap(),
+        )
+        .await
+        .unwrap();
+    autos
+        .patch_status(
+            "learn",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"learningSince": since.to_string()}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Deletes `node`'s GryviaFlowAggregate and GryviaFabricSignal, so no later test's cluster-wide
+/// object (a network cost) folds this test's last window.
+pub async fn delete_node_objects(client: &kube::Client, node: &str) {
+    let _ = Api::<GryviaFlowAggregate>::all(client.clone())
+        .delete(node, &DeleteParams::background())
+        .await;
+    let _ = Api::<GryviaFabricSignal>::all(client.clone())
+        .delete(node, &DeleteParams::background())
+        .await;
 }
