@@ -8,7 +8,8 @@
 #
 # With BEFORE_OBJECT=<another build of gryvia-ebpf/programs> (benches/program-cost.sh builds one
 # from a git revision), each round also runs the collector with that object, in turn with the
-# others, so the two builds are compared under the same conditions.
+# others, so the two builds are compared under the same conditions (its per-program cost from
+# the last round is printed too).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 secs="${1:-5}"
@@ -31,6 +32,10 @@ for r in $(seq 1 "$rounds"); do
     collector_pid=$!
     for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     before+=("$(gbit)")
+    if [[ "$r" == "$rounds" ]]; then
+      sleep 1.5
+      curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > /tmp/gryvia-program-stats-before.txt
+    fi
     stop
   fi
   "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" 2>/dev/null &
@@ -56,11 +61,11 @@ if sys.argv[3].strip():
     c = [float(x) for x in sys.argv[3].split()]
     print(f"  BEFORE_OBJECT: median with {statistics.median(c):.2f}, ratio with/without {statistics.median(c)/statistics.median(a):.3f}")
 PY
-echo "per-program cost during the last 'with' run (kernel BPF stats):"
-python3 - <<'PY'
-import re
+per_program() {
+  python3 - "$1" <<'PY'
+import re, sys
 runs, ns = {}, {}
-for line in open("/tmp/gryvia-program-stats.txt"):
+for line in open(sys.argv[1]):
     m = re.match(r'gryvia_ebpf_program_(runs|run_time_nanoseconds)\{program="([^"]+)"\} (\d+)', line)
     if m:
         (runs if m.group(1) == "runs" else ns)[m.group(2)] = int(m.group(3))
@@ -68,6 +73,13 @@ for p in sorted(runs):
     r = runs[p]
     print(f"  {p:16s} runs {r:>10d}  {ns.get(p, 0) / r if r else 0:8.1f} ns/run")
 PY
+}
+echo "per-program cost during the last 'with' run (kernel BPF stats):"
+per_program /tmp/gryvia-program-stats.txt
+if [[ -n "${BEFORE_OBJECT:-}" ]]; then
+  echo "the same during the last run with BEFORE_OBJECT:"
+  per_program /tmp/gryvia-program-stats-before.txt
+fi
 
 echo "collector resident memory with 10,000 live flows:"
 "$C" --node bench --no-kubernetes --interval 2 --metrics-addr "$addr" 2>/dev/null &

@@ -57,12 +57,15 @@ fn tcp_delta(now: &TcpEvents, before: Option<&TcpEvents>) -> TcpEvents {
 /// - Never negative: a counter that went down (the map evicted and re-created the entry)
 ///   counts from zero.
 /// - `delta(a, a)` is empty.
+/// - A cgroup's traffic in the window is its unflowed traffic's difference plus the window's
+///   traffic of each flow with its id: a flow the map evicted in the window loses only what it
+///   carried since the last snapshot.
 pub fn delta(before: &Snapshot, now: &Snapshot) -> Snapshot {
     let mut out = Snapshot::default();
-    for (id, t) in &now.cgroups {
-        let d = traffic_delta(t, before.cgroups.get(id));
+    for (id, t) in &now.unflowed {
+        let d = traffic_delta(t, before.unflowed.get(id));
         if d != Traffic::default() {
-            out.cgroups.insert(*id, d);
+            out.unflowed.insert(*id, d);
         }
     }
     for (ifindex, t) in &now.interfaces {
@@ -99,6 +102,7 @@ pub fn delta(before: &Snapshot, now: &Snapshot) -> Snapshot {
             },
         );
     }
+    out.cgroups = crate::cgroup_totals(&out.unflowed, &out.flows);
     out
 }
 
@@ -519,16 +523,18 @@ mod tests {
         let k = FlowKey::v4(IPPROTO_TCP, [10, 0, 0, 1], 1000, [10, 0, 0, 2], 80);
         let mut a = Snapshot::default();
         a.flows.insert(k, flow(100, 50, 7));
-        a.cgroups.insert(7, flow(100, 50, 7).traffic);
+        a.unflowed.insert(7, flow(3, 0, 7).traffic);
         let mut b = a.clone();
         b.flows.insert(k, flow(160, 70, 7));
-        b.cgroups.insert(7, flow(160, 70, 7).traffic);
+        b.unflowed.insert(7, flow(5, 0, 7).traffic);
         let d = delta(&a, &b);
         assert_eq!(
             (d.flows[&k].traffic.tx_bytes, d.flows[&k].traffic.rx_bytes),
             (60, 20)
         );
-        assert_eq!(d.cgroups[&7].tx_bytes, 60);
+        // The cgroup's window: its flow's and its unflowed traffic's.
+        assert_eq!(d.cgroups[&7].tx_bytes, 62);
+        assert_eq!(d.unflowed[&7].tx_bytes, 2);
         assert!(delta(&b, &b).flows.is_empty() && delta(&b, &b).cgroups.is_empty());
         // Evicted and re-created: smaller than before, so all of it is new.
         let mut c = b.clone();

@@ -1,8 +1,9 @@
 //! Gryvia's eBPF programs. One object, loaded and attached by `gryvia_ebpf::Collector`:
 //!
 //! - `cgroup_ingress` / `cgroup_egress` (cgroup_skb, attached at the cgroup v2 root): packets,
-//!   `skb->len` bytes and transport payload per cgroup (so per pod) and per flow (5-tuple from
-//!   the local socket's side, with the socket's cgroup id to join it to a pod). While the
+//!   `skb->len` bytes and transport payload per flow (5-tuple from the local socket's side,
+//!   with the socket's cgroup id to join it to a pod) and, for packets of no flow, per cgroup;
+//!   the loader sums both per cgroup (so per pod). While the
 //!   `DENY` map holds entries (GryviaFlowPolicy `action: deny`), an IPv4 packet that matches
 //!   one is dropped and counted per rule in `DENY_DROPS` instead.
 //! - `tcp_state` (tracepoint `sock/inet_sock_set_state`): connection lifecycle per flow.
@@ -33,7 +34,8 @@ use gryvia_ebpf_common::{
 /// Tracepoint field offsets (see `gryvia_ebpf_common::config`).
 #[map]
 static CONFIG: Array<u32> = Array::with_max_entries(config::LEN, 0);
-/// Traffic per cgroup id.
+/// Traffic per cgroup id outside any flow (other protocols; a flow the full map could not
+/// store).
 #[map]
 static CGROUP_TRAFFIC: PerCpuHashMap<u64, Traffic> =
     PerCpuHashMap::with_max_entries(MAX_CGROUPS, 0);
@@ -225,7 +227,11 @@ fn parse_loaded(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
     Some((key, header as u64))
 }
 
-/// Counts the packet and returns the verdict (1 passes it, 0 drops it).
+/// Counts the packet and returns the verdict (1 passes it, 0 drops it). A TCP or UDP packet
+/// is counted once, on its flow, which carries its socket's cgroup id (the loader sums each
+/// cgroup's flows): one map update per packet, and the cgroup id is read only when the flow
+/// is new on this CPU. Any other packet, or one whose flow the map could not store, is
+/// counted on its cgroup.
 #[inline(always)]
 fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
     let parsed = parse(ctx, egress);
@@ -235,7 +241,6 @@ fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
         return 0;
     }
     let len = ctx.len() as u64;
-    let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
     let payload = match parsed {
         Some((_, header)) if len > header => len - header,
         _ => 0,
@@ -250,33 +255,42 @@ fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
         t.rx_bytes = len;
         t.rx_payload = payload;
     }
-    match CGROUP_TRAFFIC.get_ptr_mut(cgroup) {
-        Some(p) => unsafe { (*p).add(&t) },
-        None => {
-            let _ = CGROUP_TRAFFIC.insert(cgroup, t, 0);
+    if let Some((key, _)) = parsed
+        && (key.protocol == IPPROTO_TCP || key.protocol == IPPROTO_UDP)
+    {
+        if let Some(p) = FLOW_TRAFFIC.get_ptr_mut(&key) {
+            unsafe {
+                (*p).traffic.add(&t);
+                // A flow another CPU created holds zeros on this one.
+                if (*p).cgroup_id == 0 {
+                    (*p).cgroup_id = bpf_skb_cgroup_id(ctx.skb.skb);
+                }
+            }
+            return 1;
         }
-    }
-    let Some((key, _)) = parsed else { return 1 };
-    if key.protocol != IPPROTO_TCP && key.protocol != IPPROTO_UDP {
+        let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
+        let flow = FlowTraffic {
+            traffic: t,
+            cgroup_id: cgroup,
+        };
+        if FLOW_TRAFFIC.insert(&key, &flow, 0).is_err() {
+            count_cgroup(cgroup, &t);
+        }
         return 1;
     }
-    match FLOW_TRAFFIC.get_ptr_mut(key) {
-        Some(p) => unsafe {
-            (*p).traffic.add(&t);
-            (*p).cgroup_id = cgroup;
-        },
+    count_cgroup(unsafe { bpf_skb_cgroup_id(ctx.skb.skb) }, &t);
+    1
+}
+
+/// Adds `t` to the traffic of `cgroup` outside any flow.
+#[inline(always)]
+fn count_cgroup(cgroup: u64, t: &Traffic) {
+    match CGROUP_TRAFFIC.get_ptr_mut(cgroup) {
+        Some(p) => unsafe { (*p).add(t) },
         None => {
-            let _ = FLOW_TRAFFIC.insert(
-                key,
-                FlowTraffic {
-                    traffic: t,
-                    cgroup_id: cgroup,
-                },
-                0,
-            );
+            let _ = CGROUP_TRAFFIC.insert(cgroup, *t, 0);
         }
     }
-    1
 }
 
 // ----------------------------------------------------------------------------- tracepoints
