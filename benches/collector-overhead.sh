@@ -8,8 +8,8 @@
 #
 # With BEFORE_OBJECT=<another build of gryvia-ebpf/programs> (benches/program-cost.sh builds one
 # from a git revision), each round also runs the collector with that object, in turn with the
-# others, so the two builds are compared under the same conditions (its per-program cost from
-# the last round is printed too).
+# others, so the two builds are compared under the same conditions (its per-program cost is
+# printed too).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 secs="${1:-5}"
@@ -25,6 +25,7 @@ without=(); with=(); before=()
 collector_pid=""
 stop() { [[ -n "$collector_pid" ]] && kill "$collector_pid" 2>/dev/null && wait "$collector_pid" 2>/dev/null || true; collector_pid=""; }
 trap stop EXIT
+rm -f /tmp/gryvia-program-stats-with-*.txt /tmp/gryvia-program-stats-before-*.txt
 for r in $(seq 1 "$rounds"); do
   without+=("$(gbit)")
   if [[ -n "${BEFORE_OBJECT:-}" ]]; then
@@ -32,20 +33,16 @@ for r in $(seq 1 "$rounds"); do
     collector_pid=$!
     for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     before+=("$(gbit)")
-    if [[ "$r" == "$rounds" ]]; then
-      sleep 1.5
-      curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > /tmp/gryvia-program-stats-before.txt
-    fi
+    sleep 1.5
+    curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > "/tmp/gryvia-program-stats-before-$r.txt"
     stop
   fi
   "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" 2>/dev/null &
   collector_pid=$!
   for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
   with+=("$(gbit)")
-  if [[ "$r" == "$rounds" ]]; then
-    sleep 1.5
-    curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > /tmp/gryvia-program-stats.txt
-  fi
+  sleep 1.5
+  curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > "/tmp/gryvia-program-stats-with-$r.txt"
   stop
 done
 echo "loopback TCP throughput, $rounds rounds of ${secs}s each (Gbit/s):"
@@ -61,24 +58,32 @@ if sys.argv[3].strip():
     c = [float(x) for x in sys.argv[3].split()]
     print(f"  BEFORE_OBJECT: median with {statistics.median(c):.2f}, ratio with/without {statistics.median(c)/statistics.median(a):.3f}")
 PY
+# The median over the rounds of each program's run time per run (each round starts a fresh
+# collector, so its counters are that round's).
 per_program() {
-  python3 - "$1" <<'PY'
-import re, sys
-runs, ns = {}, {}
-for line in open(sys.argv[1]):
-    m = re.match(r'gryvia_ebpf_program_(runs|run_time_nanoseconds)\{program="([^"]+)"\} (\d+)', line)
-    if m:
-        (runs if m.group(1) == "runs" else ns)[m.group(2)] = int(m.group(3))
-for p in sorted(runs):
-    r = runs[p]
-    print(f"  {p:16s} runs {r:>10d}  {ns.get(p, 0) / r if r else 0:8.1f} ns/run")
+  python3 - "$@" <<'PY'
+import re, statistics, sys
+per = {}
+for path in sys.argv[1:]:
+    runs, ns = {}, {}
+    for line in open(path):
+        m = re.match(r'gryvia_ebpf_program_(runs|run_time_nanoseconds)\{program="([^"]+)"\} (\d+)', line)
+        if m:
+            (runs if m.group(1) == "runs" else ns)[m.group(2)] = int(m.group(3))
+    for p, r in runs.items():
+        if r:
+            per.setdefault(p, []).append((ns.get(p, 0) / r, r))
+for p in sorted(per):
+    v = per[p]
+    print(f"  {p:16s} {statistics.median(x for x, _ in v):8.1f} ns/run (median of {len(v)} rounds: "
+          + ", ".join(f"{x:.0f}" for x, _ in v) + f"; {sum(r for _, r in v)} runs)")
 PY
 }
-echo "per-program cost during the last 'with' run (kernel BPF stats):"
-per_program /tmp/gryvia-program-stats.txt
+echo "per-program cost with the collector (kernel BPF stats):"
+per_program /tmp/gryvia-program-stats-with-*.txt
 if [[ -n "${BEFORE_OBJECT:-}" ]]; then
-  echo "the same during the last run with BEFORE_OBJECT:"
-  per_program /tmp/gryvia-program-stats-before.txt
+  echo "the same with BEFORE_OBJECT:"
+  per_program /tmp/gryvia-program-stats-before-*.txt
 fi
 
 echo "collector resident memory with 10,000 live flows:"

@@ -426,8 +426,19 @@ pub fn tcp_probe(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn sampled_tcp_probe(ctx: &TracePointContext) -> Option<()> {
-    let sport: u16 = unsafe { ctx.read_at(offset(config::PROBE_SPORT)) }.ok()?;
-    let dport: u16 = unsafe { ctx.read_at(offset(config::PROBE_DPORT)) }.ok()?;
+    let at = offset(config::PROBE_SPORT);
+    let (sport, dport) = if offset(config::PROBE_DPORT) == at + 2 {
+        // Side by side (as in every kernel's format so far): one read for both.
+        let both: [u8; 4] = unsafe { ctx.read_at(at) }.ok()?;
+        (
+            u16::from_ne_bytes([both[0], both[1]]),
+            u16::from_ne_bytes([both[2], both[3]]),
+        )
+    } else {
+        let sport: u16 = unsafe { ctx.read_at(at) }.ok()?;
+        let dport: u16 = unsafe { ctx.read_at(offset(config::PROBE_DPORT)) }.ok()?;
+        (sport, dport)
+    };
     // Both ends of a connection (on loopback, in turn on one CPU) are one run.
     let (lo, hi) = if sport < dport {
         (sport, dport)
