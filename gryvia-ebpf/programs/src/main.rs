@@ -8,8 +8,8 @@
 //!   one is dropped and counted per rule in `DENY_DROPS` instead.
 //! - `tcp_state` (tracepoint `sock/inet_sock_set_state`): connection lifecycle per flow.
 //! - `tcp_retransmit` (tracepoint `tcp/tcp_retransmit_skb`): retransmitted segments per flow.
-//! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow, from a connection's
-//!   first event in a run on a CPU and one in four after it.
+//! - `tcp_probe` (tracepoint `tcp/tcp_probe`): the smoothed RTT per flow, from the first event
+//!   of each end's run of events on a CPU and one in eight after it.
 //! - `iface_count` (XDP): frames and bytes per receiving interface.
 //!
 //! Tracepoint field offsets come from the `CONFIG` map (the loader reads them from tracefs),
@@ -406,17 +406,19 @@ fn try_tcp_retransmit(ctx: &TracePointContext) -> Option<()> {
     Some(())
 }
 
-/// Of a run of `tcp_probe` events of one connection on a CPU (a transfer's ACKs), the first
-/// and then one in this many update the flow's RTT: the event fires for every segment a socket
-/// receives while its smoothed RTT moves slowly, so the skipped ones cost two reads instead of
-/// a map update; a connection's first event on a CPU is always taken, so every flow has a
-/// sample.
-const PROBE_SAMPLE: u64 = 4;
+/// Of a run of `tcp_probe` events of one end of a connection on a CPU (a transfer's ACKs), the
+/// first and then one in this many update the flow's RTT: the event fires for every segment a
+/// socket receives while its smoothed RTT moves slowly (the kernel smooths it over eight
+/// samples), so the skipped ones cost one read instead of five and a map update; each end's
+/// first event on a CPU is always taken, so every flow has a sample.
+const PROBE_SAMPLE: u64 = 8;
 
-/// Per CPU: the ports of the last `tcp_probe` event, lower first (high 32 bits), and how many
-/// events in a row had them (low 32 bits).
+/// Per CPU and end (slot 0: the end whose port is the lower, 1: the other): the connection's
+/// ports, lower first (high 32 bits), and how many of that end's events came in a row
+/// (low 32 bits). On loopback both ends' events come in turn on one CPU; a slot each keeps
+/// their runs apart.
 #[map]
-static PROBE_LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static PROBE_LAST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 #[tracepoint]
 pub fn tcp_probe(ctx: TracePointContext) -> u32 {
@@ -439,14 +441,13 @@ fn sampled_tcp_probe(ctx: &TracePointContext) -> Option<()> {
         let dport: u16 = unsafe { ctx.read_at(offset(config::PROBE_DPORT)) }.ok()?;
         (sport, dport)
     };
-    // Both ends of a connection (on loopback, in turn on one CPU) are one run.
-    let (lo, hi) = if sport < dport {
-        (sport, dport)
+    let (lo, hi, end) = if sport < dport {
+        (sport, dport, 0)
     } else {
-        (dport, sport)
+        (dport, sport, 1)
     };
     let ports = (u64::from(lo) << 16 | u64::from(hi)) << 32;
-    let last = PROBE_LAST.get_ptr_mut(0)?;
+    let last = PROBE_LAST.get_ptr_mut(end)?;
     let prev = unsafe { *last };
     let run = if prev & !0xffff_ffff == ports {
         (prev & 0xffff_ffff) + 1
