@@ -708,8 +708,6 @@ pub struct Flow {
 /// Totals: what the maps say, summed over CPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Traffic per cgroup id: its flows' and [`Snapshot::unflowed`].
-    pub cgroups: BTreeMap<u64, Traffic>,
     /// Traffic per cgroup id outside any flow (`CGROUP_TRAFFIC`: protocols other than TCP
     /// and UDP, and packets whose flow the full flow map could not store).
     pub unflowed: BTreeMap<u64, Traffic>,
@@ -727,7 +725,6 @@ impl Snapshot {
     /// - A flow's cgroup id is the largest any CPU recorded (each CPU records the same id for
     ///   a socket; CPUs that never saw it hold 0).
     /// - Every key of any per-flow map is a flow of the result.
-    /// - A cgroup's traffic is its unflowed traffic plus that of every flow with its id.
     pub fn from_raw(raw: RawMaps) -> Self {
         let mut s = Snapshot::default();
         for (id, per_cpu) in raw.cgroup_traffic {
@@ -741,7 +738,6 @@ impl Snapshot {
                 f.cgroup_id = f.cgroup_id.max(v.cgroup_id);
             }
         }
-        s.cgroups = cgroup_totals(&s.unflowed, &s.flows);
         for (key, per_cpu) in raw.tcp_events {
             let f = s.flows.entry(key).or_default();
             per_cpu.iter().for_each(|v| f.tcp.add(v));
@@ -756,27 +752,24 @@ impl Snapshot {
         s
     }
 
+    /// Traffic per cgroup id: [`Snapshot::unflowed`] plus the traffic of each flow under its
+    /// cgroup id (a flow without traffic adds no entry).
+    pub fn cgroups(&self) -> BTreeMap<u64, Traffic> {
+        let mut out = self.unflowed.clone();
+        for f in self.flows.values() {
+            if f.traffic != Traffic::default() {
+                out.entry(f.cgroup_id).or_default().add(&f.traffic);
+            }
+        }
+        out
+    }
+
     /// The flows whose local or remote port is `port`.
     pub fn flows_on_port(&self, port: u16) -> impl Iterator<Item = (&FlowKey, &Flow)> {
         self.flows
             .iter()
             .filter(move |(k, _)| k.local_port == port || k.remote_port == port)
     }
-}
-
-/// Traffic per cgroup: `unflowed` plus the traffic of each of `flows` under its cgroup id
-/// (a flow without traffic adds no entry).
-pub fn cgroup_totals(
-    unflowed: &BTreeMap<u64, Traffic>,
-    flows: &BTreeMap<FlowKey, Flow>,
-) -> BTreeMap<u64, Traffic> {
-    let mut out = unflowed.clone();
-    for f in flows.values() {
-        if f.traffic != Traffic::default() {
-            out.entry(f.cgroup_id).or_default().add(&f.traffic);
-        }
-    }
-    out
 }
 
 /// A flow key as text: `tcp 10.0.0.1:443 -> 10.0.0.2:5000`.
@@ -874,8 +867,8 @@ mod tests {
         assert_eq!(s.unflowed[&7].rx_bytes, 150);
         assert_eq!(s.unflowed[&7].tx_packets, 2);
         // The cgroup's: its unflowed traffic and its flow's.
-        assert_eq!(s.cgroups[&7].rx_bytes, 154);
-        assert_eq!(s.cgroups[&7].tx_packets, 4);
+        assert_eq!(s.cgroups()[&7].rx_bytes, 154);
+        assert_eq!(s.cgroups()[&7].tx_packets, 4);
         let f = &s.flows[&k];
         assert_eq!(
             (f.traffic.rx_bytes, f.traffic.tx_bytes, f.cgroup_id),

@@ -102,7 +102,6 @@ pub fn delta(before: &Snapshot, now: &Snapshot) -> Snapshot {
             },
         );
     }
-    out.cgroups = crate::cgroup_totals(&out.unflowed, &out.flows);
     out
 }
 
@@ -374,7 +373,7 @@ pub fn fabric_signal_status(
 /// Traffic per pod in a window (cgroups of one pod summed; cgroups of no known pod left out).
 pub fn pod_traffic(window: &Snapshot, pods: &PodResolver) -> BTreeMap<String, (PodRef, Traffic)> {
     let mut out: BTreeMap<String, (PodRef, Traffic)> = BTreeMap::new();
-    for (id, t) in &window.cgroups {
+    for (id, t) in &window.cgroups() {
         if let Some(p) = pods.pod_of(*id) {
             out.entry(p.key())
                 .or_insert_with(|| (p.clone(), Traffic::default()))
@@ -533,9 +532,9 @@ mod tests {
             (60, 20)
         );
         // The cgroup's window: its flow's and its unflowed traffic's.
-        assert_eq!(d.cgroups[&7].tx_bytes, 62);
+        assert_eq!(d.cgroups()[&7].tx_bytes, 62);
         assert_eq!(d.unflowed[&7].tx_bytes, 2);
-        assert!(delta(&b, &b).flows.is_empty() && delta(&b, &b).cgroups.is_empty());
+        assert!(delta(&b, &b).flows.is_empty() && delta(&b, &b).cgroups().is_empty());
         // Evicted and re-created: smaller than before, so all of it is new.
         let mut c = b.clone();
         c.flows.insert(k, flow(10, 5, 7));
@@ -625,8 +624,8 @@ mod tests {
     #[test]
     fn traffic_is_summed_per_pod() {
         let mut w = Snapshot::default();
-        w.cgroups.insert(7, flow(10, 20, 7).traffic);
-        w.cgroups.insert(8, flow(99, 99, 8).traffic);
+        w.unflowed.insert(7, flow(10, 20, 7).traffic);
+        w.unflowed.insert(8, flow(99, 99, 8).traffic);
         let p = pod_traffic(&w, &resolver());
         assert_eq!(p.len(), 1);
         assert_eq!(p["ml/train-0"].1.tx_bytes, 10);

@@ -196,7 +196,7 @@ fn tcp_on_loopback_is_counted_exactly_per_cgroup_and_per_flow() {
     // Per cgroup: both ends live in the test cgroup, so every byte is sent once and received
     // once. Payload is exact; the rest is 52 header bytes a packet (IPv4 20, TCP 20, timestamps
     // 12) plus 8 more option bytes on each SYN and SYN-ACK.
-    let t = snap.cgroups.get(&cg.id).copied().unwrap_or_default();
+    let t = snap.cgroups().get(&cg.id).copied().unwrap_or_default();
     let payload = CONNECTIONS * (BYTES + REPLY);
     assert_eq!(t.tx_payload, payload, "{t:?}");
     assert_eq!(t.rx_payload, payload, "{t:?}");
@@ -285,7 +285,7 @@ fn udp_across_a_veth_pair_is_counted_by_xdp_and_the_cgroup() {
     );
     // The sender's cgroup saw the same datagrams leave (from the IP header on), although the
     // socket lives in another network namespace.
-    let t = snap.cgroups.get(&cg.id).copied().unwrap_or_default();
+    let t = snap.cgroups().get(&cg.id).copied().unwrap_or_default();
     assert_eq!(
         (t.tx_packets, t.tx_bytes, t.tx_payload),
         (count, count * (20 + 8 + size), count * size),
@@ -366,7 +366,7 @@ fn a_deny_entry_drops_exactly_its_traffic_and_counts_it_per_rule() {
     let drops = collector.deny_drops().unwrap();
     assert_eq!((drops[3], drops.iter().sum::<u64>()), (count, count));
     // Dropped packets are not counted as the pod's traffic: only port 10's left.
-    let t = collector.snapshot().unwrap().cgroups[&cg.id];
+    let t = collector.snapshot().unwrap().cgroups()[&cg.id];
     assert_eq!((t.tx_packets, t.tx_payload), (count, count * 100), "{t:?}");
 
     // Replaced by rule 5: everything to the host's /32, any protocol and port.
@@ -481,7 +481,7 @@ fn dropped_segments_show_up_as_retransmissions_of_their_flows() {
         .sum();
     assert!(client_retx > 0, "retransmissions not on the sending flows");
     // The payload still arrived exactly once at the application, while the wire carried more.
-    let t = snap.cgroups.get(&cg.id).copied().unwrap_or_default();
+    let t = snap.cgroups().get(&cg.id).copied().unwrap_or_default();
     assert!(t.tx_payload > 3 * (2_000_000 + 1_000), "{t:?}");
 }
 

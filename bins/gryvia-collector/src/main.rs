@@ -472,7 +472,7 @@ async fn collect(flags: &Flags, defaults: Settings) -> anyhow::Result<()> {
         let window = report::delta(&before, &snapshot);
         let end = now();
         if window
-            .cgroups
+            .cgroups()
             .keys()
             .any(|id| !resolver.cgroups.contains(*id))
         {

@@ -273,15 +273,6 @@ async fn allow_applies_a_network_policy_audit_counts_and_an_auto_policy_enforces
     common::delete_node_objects(&client, &node).await;
 }
 
-fn sh(cmd: &str) {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A network namespace with both pods' addresses on its loopback, deleted on drop.
 struct PodsNetns(String);
 
@@ -385,7 +376,7 @@ async fn deny_is_enforced_by_the_collectors_ebpf_program_and_its_drops_are_count
 
     // The two pods' addresses in a namespace of their own; real datagrams between them.
     let netns = PodsNetns(format!("gryvia-deny{}", std::process::id() % 100_000));
-    sh(&format!(
+    common::sh(&format!(
         "ip netns add {ns} && ip netns exec {ns} ip link set lo up && \
          ip netns exec {ns} ip addr add {trainer}/32 dev lo && \
          ip netns exec {ns} ip addr add {store}/32 dev lo",

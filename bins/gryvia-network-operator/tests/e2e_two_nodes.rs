@@ -54,16 +54,6 @@ const WIRE: i64 = 1_000;
 const SECONDS: u64 = 24;
 const INTERVAL: &str = "2";
 
-fn sh(cmd: &str) -> String {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Where cgroup v2 is mounted.
 fn cgroup2_root() -> PathBuf {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
@@ -127,7 +117,7 @@ fn network(tag: &str, pods: &[TestPod]) -> [NodeRig; 2] {
     });
     let (na, nb) = (&rigs[0].netns, &rigs[1].netns);
     let (va, vb) = (format!("{tag}va"), format!("{tag}vb"));
-    sh(&format!(
+    common::sh(&format!(
         "ip netns add {na} && ip netns add {nb} && \
          ip link add {va} type veth peer name {vb} && \
          ip link set {va} netns {na} && ip link set {vb} netns {nb} && \
@@ -138,7 +128,7 @@ fn network(tag: &str, pods: &[TestPod]) -> [NodeRig; 2] {
     ));
     let ends = [(na, &va), (nb, &vb)];
     let macs = ends.map(|(ns, dev)| {
-        sh(&format!(
+        common::sh(&format!(
             "ip netns exec {ns} cat /sys/class/net/{dev}/address"
         ))
     });
@@ -146,7 +136,7 @@ fn network(tag: &str, pods: &[TestPod]) -> [NodeRig; 2] {
         let (ns, dev) = ends[p.node];
         let (other_ns, other_dev) = ends[1 - p.node];
         let mac = &macs[p.node];
-        sh(&format!(
+        common::sh(&format!(
             "ip netns exec {ns} ip addr add {ip}/32 dev {dev} && \
              ip netns exec {other_ns} ip route add {ip}/32 dev {other_dev} && \
              ip netns exec {other_ns} ip neigh replace {ip} lladdr {mac} dev {other_dev} nud permanent",

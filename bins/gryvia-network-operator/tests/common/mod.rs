@@ -235,3 +235,18 @@ pub async fn delete_node_objects(client: &kube::Client, node: &str) {
         .delete(node, &DeleteParams::background())
         .await;
 }
+
+/// Runs `cmd` with `sh -c`, which must succeed: its standard output, trimmed.
+pub fn sh(cmd: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
