@@ -2,7 +2,9 @@
 # Overhead of the eBPF collector, measured in one run (root): loopback TCP throughput without and
 # with the collector attached (ratio), the kernel's per-program run time per event
 # (BPF_ENABLE_STATS, read from the collector's /metrics), and the collector's resident memory
-# with 10,000 live flows in its maps. Figures go to stdout; benches/README.md quotes them.
+# with 10,000 live flows in its maps. The throughput with the collector is measured as it is
+# deployed, then again with --program-stats, which times every run and gives the per-program
+# figures. Figures go to stdout; benches/README.md quotes them.
 #
 #   benches/collector-overhead.sh [SECONDS_PER_THROUGHPUT_RUN] [ROUNDS]
 #
@@ -21,42 +23,60 @@ C=target/release/gryvia-collector
 addr=127.0.0.1:19199
 gbit() { "$T" throughput --seconds "$secs" | sed -n 's/.*"gbitPerSecond":\([0-9.]*\).*/\1/p'; }
 
-without=(); with=(); before=()
+without=(); with=(); before=(); with_stats=(); before_stats=()
 collector_pid=""
 stop() { [[ -n "$collector_pid" ]] && kill "$collector_pid" 2>/dev/null && wait "$collector_pid" 2>/dev/null || true; collector_pid=""; }
 trap stop EXIT
 rm -f /tmp/gryvia-program-stats-with-*.txt /tmp/gryvia-program-stats-before-*.txt
+# Starts the collector with the given flags and waits until it serves.
+collector() {
+  "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" "$@" 2>/dev/null &
+  collector_pid=$!
+  for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+}
+# measure PLAIN TIMED FILE [FLAG...]: the throughput with the collector as deployed (no per-run
+# timing) onto the array PLAIN, then with --program-stats onto TIMED (the timing's own cost),
+# whose per-program figures go to FILE.
+measure() {
+  local -n plain=$1 timed=$2
+  local file=$3
+  shift 3
+  collector "$@"
+  plain+=("$(gbit)")
+  stop
+  collector --program-stats "$@"
+  timed+=("$(gbit)")
+  sleep 1.5
+  curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > "$file"
+  stop
+}
 for r in $(seq 1 "$rounds"); do
   without+=("$(gbit)")
   if [[ -n "${BEFORE_OBJECT:-}" ]]; then
-    "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" --object "$BEFORE_OBJECT" 2>/dev/null &
-    collector_pid=$!
-    for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-    before+=("$(gbit)")
-    sleep 1.5
-    curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > "/tmp/gryvia-program-stats-before-$r.txt"
-    stop
+    measure before before_stats "/tmp/gryvia-program-stats-before-$r.txt" --object "$BEFORE_OBJECT"
   fi
-  "$C" --node bench --no-kubernetes --interval 1 --metrics-addr "$addr" 2>/dev/null &
-  collector_pid=$!
-  for _ in $(seq 1 100); do curl -sf "http://$addr/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-  with+=("$(gbit)")
-  sleep 1.5
-  curl -sf "http://$addr/metrics" | grep -E '^gryvia_ebpf_program_(runs|run_time_nanoseconds)' > "/tmp/gryvia-program-stats-with-$r.txt"
-  stop
+  measure with with_stats "/tmp/gryvia-program-stats-with-$r.txt"
 done
 echo "loopback TCP throughput, $rounds rounds of ${secs}s each (Gbit/s):"
 echo "  without collector: ${without[*]}"
 echo "  with collector:    ${with[*]}"
-[[ -n "${BEFORE_OBJECT:-}" ]] && echo "  with the collector and BEFORE_OBJECT: ${before[*]}"
-python3 - "${without[*]}" "${with[*]}" "${before[*]}" <<'PY'
+echo "  with collector --program-stats: ${with_stats[*]}"
+if [[ -n "${BEFORE_OBJECT:-}" ]]; then
+  echo "  with the collector and BEFORE_OBJECT: ${before[*]}"
+  echo "  with the collector and BEFORE_OBJECT, --program-stats: ${before_stats[*]}"
+fi
+python3 - "${without[*]}" "${with[*]}" "${with_stats[*]}" "${before[*]}" "${before_stats[*]}" <<'PY'
 import statistics, sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-print(f"  median without {statistics.median(a):.2f}, with {statistics.median(b):.2f}, ratio with/without {statistics.median(b)/statistics.median(a):.3f}")
-if sys.argv[3].strip():
-    c = [float(x) for x in sys.argv[3].split()]
-    print(f"  BEFORE_OBJECT: median with {statistics.median(c):.2f}, ratio with/without {statistics.median(c)/statistics.median(a):.3f}")
+a = statistics.median(float(x) for x in sys.argv[1].split())
+def line(label, arg):
+    if arg.strip():
+        m = statistics.median(float(x) for x in arg.split())
+        print(f"  {label}: median {m:.2f}, ratio with/without {m/a:.3f}")
+print(f"  median without {a:.2f}")
+line("with the collector", sys.argv[2])
+line("with the collector --program-stats", sys.argv[3])
+line("BEFORE_OBJECT", sys.argv[4])
+line("BEFORE_OBJECT --program-stats", sys.argv[5])
 PY
 # The median over the rounds of each program's run time per run (each round starts a fresh
 # collector, so its counters are that round's).
@@ -79,7 +99,7 @@ for p in sorted(per):
           + ", ".join(f"{x:.0f}" for x, _ in v) + f"; {sum(r for _, r in v)} runs)")
 PY
 }
-echo "per-program cost with the collector (kernel BPF stats):"
+echo "per-program cost with the collector (kernel BPF stats, --program-stats):"
 per_program /tmp/gryvia-program-stats-with-*.txt
 if [[ -n "${BEFORE_OBJECT:-}" ]]; then
   echo "the same with BEFORE_OBJECT:"

@@ -159,7 +159,8 @@ pub struct ProgramStats {
 pub struct Collector {
     ebpf: Ebpf,
     cgroup: PathBuf,
-    _stats: Option<std::os::fd::OwnedFd>,
+    /// Held while the kernel times every program run (`BPF_ENABLE_STATS`).
+    stats: Option<std::os::fd::OwnedFd>,
 }
 
 /// An error with its sources, one line (aya puts the errno and the verifier log in them).
@@ -293,7 +294,7 @@ impl Collector {
         Ok(Collector {
             ebpf,
             cgroup,
-            _stats: None,
+            stats: None,
         })
     }
 
@@ -303,7 +304,8 @@ impl Collector {
     }
 
     /// Turns on the kernel's per-program run time and count (`BPF_ENABLE_STATS`) for as long
-    /// as the collector lives.
+    /// as the collector lives. The kernel then reads the clock twice around every run of every
+    /// eBPF program on the host (ours are per packet), so it is a diagnostic, not a default.
     ///
     /// # Errors
     /// [`Error::Map`] when the kernel refuses.
@@ -312,8 +314,13 @@ impl Collector {
             map: "bpf_stats".into(),
             reason: e.to_string(),
         })?;
-        self._stats = Some(fd);
+        self.stats = Some(fd);
         Ok(())
+    }
+
+    /// Whether [`Collector::enable_stats`] turned the kernel's run-time statistics on.
+    pub fn stats_enabled(&self) -> bool {
+        self.stats.is_some()
     }
 
     /// Run counts and run time of every loaded program.

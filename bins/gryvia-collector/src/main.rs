@@ -87,6 +87,12 @@ struct Flags {
     /// Stop after this many windows (benchmarks and tests).
     #[arg(long)]
     iterations: Option<u64>,
+    /// Have the kernel time every run of the eBPF programs (BPF_ENABLE_STATS, host-wide, for
+    /// as long as the collector runs) and serve the figures as gryvia_ebpf_program_runs and
+    /// gryvia_ebpf_program_run_time_nanoseconds. Off by default: the timing reads the clock
+    /// twice around each run, so on every packet.
+    #[arg(long)]
+    program_stats: bool,
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -227,12 +233,12 @@ impl NetMetrics {
         );
         m.register(
             "ebpf_program_runs",
-            "Runs of an eBPF program since it was loaded",
+            "Runs of an eBPF program since it was loaded (with --program-stats)",
             n.program_runs.clone(),
         );
         m.register(
             "ebpf_program_run_time_nanoseconds",
-            "Time an eBPF program ran since it was loaded",
+            "Time an eBPF program ran since it was loaded (with --program-stats)",
             n.program_ns.clone(),
         );
         m.register(
@@ -295,7 +301,9 @@ fn start(settings: &Settings, flags: &Flags) -> anyhow::Result<Running> {
         object: flags.object.clone(),
     };
     let mut collector = Collector::start(&options)?;
-    if let Err(e) = collector.enable_stats() {
+    if flags.program_stats
+        && let Err(e) = collector.enable_stats()
+    {
         warn!(error = %e, "per-program run time is not available");
     }
     let from = settings.source.as_ref().map_or_else(
@@ -679,7 +687,13 @@ fn record(
         .inc_by(window.flows.values().map(|f| f.tcp.established).sum());
     net.flows
         .set(i64::try_from(window.flows.len()).unwrap_or(i64::MAX));
-    for p in collector.program_stats() {
+    // Without the kernel's statistics the counters stay at zero: no series rather than zeros.
+    let stats = if collector.stats_enabled() {
+        collector.program_stats()
+    } else {
+        Vec::new()
+    };
+    for p in stats {
         let l = ProgramLabels { program: p.name };
         net.program_runs
             .get_or_create(&l)

@@ -98,8 +98,10 @@ pub mod config {
 /// A flow as its local socket sees it: the key of every per-flow map.
 ///
 /// Addresses are in network byte order (an IPv4 address in the first four bytes, the rest
-/// zero); ports in host order. 40 bytes, no implicit padding.
-#[repr(C)]
+/// zero); ports in host order. 40 bytes, no implicit padding; aligned to 8 so that the eBPF
+/// programs write and copy it a word at a time (the BPF instruction set has no misaligned
+/// access: a key aligned to 2 is written a byte at a time).
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
     /// `AF_INET` or `AF_INET6`.
@@ -127,20 +129,17 @@ impl FlowKey {
         remote: [u8; 4],
         remote_port: u16,
     ) -> Self {
-        let mut k = FlowKey {
+        let [a, b, c, d] = local;
+        let [e, f, g, h] = remote;
+        FlowKey {
             family: AF_INET,
             local_port,
             remote_port,
             protocol,
-            ..FlowKey::default()
-        };
-        let mut i = 0;
-        while i < 4 {
-            k.local_addr[i] = local[i];
-            k.remote_addr[i] = remote[i];
-            i += 1;
+            pad: 0,
+            local_addr: [a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            remote_addr: [e, f, g, h, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         }
-        k
     }
 
     /// An IPv6 flow.

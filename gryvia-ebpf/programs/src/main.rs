@@ -134,11 +134,11 @@ fn denied(key: &FlowKey, egress: bool) -> bool {
     true
 }
 
-/// [`parse`] read in place from the packet's linear data, without a helper call, for an IPv4
-/// header without options or an IPv6 header without extension headers, before TCP or UDP (so
-/// at constant offsets, one bounds check each, which the verifier follows): `None` when the
-/// packet is another shape or shorter than the headers' room (then [`parse`] copies the
-/// headers out with `bpf_skb_load_bytes`).
+/// The flow key from the local side and the header length before the payload, read in place
+/// from the packet's linear data without a helper call, for an IPv4 header without options
+/// before TCP or UDP (so at constant offsets behind one bounds check, which the verifier
+/// follows): `None` when the packet is another shape or shorter than the headers' room (then
+/// [`parse_loaded`] copies the headers out with `bpf_skb_load_bytes`).
 #[inline(always)]
 fn parse_direct(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
     let skb = ctx.skb.skb;
@@ -149,45 +149,52 @@ fn parse_direct(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
         return None;
     }
     let vihl = unsafe { *(data as *const u8) };
-    if vihl == 0x45 {
-        let protocol = unsafe { *((data + 9) as *const u8) };
-        let header = match protocol {
-            IPPROTO_TCP => 20 + ((unsafe { *((data + 32) as *const u8) } >> 4) as u64) * 4,
-            IPPROTO_UDP => 28,
-            _ => return None,
-        };
-        let src = unsafe { core::ptr::read_unaligned((data + 12) as *const [u8; 4]) };
-        let dst = unsafe { core::ptr::read_unaligned((data + 16) as *const [u8; 4]) };
-        let ports = unsafe { core::ptr::read_unaligned((data + 20) as *const [u8; 4]) };
-        return Some((key_of(protocol, &src, &dst, ports, egress), header));
+    if vihl != 0x45 {
+        return None;
     }
-    None
-}
-
-/// The flow key from the local side: `src`, `dst` and the transport ports as on the wire.
-#[inline(always)]
-fn key_of(protocol: u8, src: &[u8; 4], dst: &[u8; 4], ports: [u8; 4], egress: bool) -> FlowKey {
-    let sport = u16::from_be_bytes([ports[0], ports[1]]);
-    let dport = u16::from_be_bytes([ports[2], ports[3]]);
-    if egress {
-        FlowKey::v4(protocol, *src, sport, *dst, dport)
+    let protocol = unsafe { *((data + 9) as *const u8) };
+    let header = match protocol {
+        IPPROTO_TCP => 20 + ((unsafe { *((data + 32) as *const u8) } >> 4) as u64) * 4,
+        IPPROTO_UDP => 28,
+        _ => return None,
+    };
+    // Word loads, as the kernel's own code reads an IP header (a `[u8; 4]` read is four byte
+    // loads: the BPF instruction set has no misaligned access and a byte array is aligned to
+    // 1). The verifier accepts a packet load at any alignment only where the CPU has efficient
+    // unaligned access, and rejects the program elsewhere.
+    let word = |at: usize| unsafe { ((data + at) as *const u32).read() };
+    let (src, dst, ports) = (word(12), word(16), word(20));
+    // The ports as on the wire: the source port in the first two bytes.
+    let sport = u16::from_be(ports as u16);
+    let dport = u16::from_be((ports >> 16) as u16);
+    let key = if egress {
+        v4_key(protocol, src, sport, dst, dport)
     } else {
-        FlowKey::v4(protocol, *dst, dport, *src, sport)
-    }
+        v4_key(protocol, dst, dport, src, sport)
+    };
+    Some((key, header))
 }
 
-/// What the IP and transport headers say: the flow key from the local side, and the header
-/// length before the payload. In place when the headers are in the linear data (nearly
-/// always), else copied out.
+/// `FlowKey::v4` of addresses read as one word each (so still in network byte order in
+/// memory), built as the key's five 64-bit words: the safe constructor's byte arrays compile
+/// to byte stores and calls to `memset`.
 #[inline(always)]
-fn parse(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
-    match parse_direct(ctx, egress) {
-        Some(parsed) => Some(parsed),
-        None => parse_loaded(ctx, egress),
+fn v4_key(protocol: u8, local: u32, local_port: u16, remote: u32, remote_port: u16) -> FlowKey {
+    let head = u64::from(AF_INET)
+        | u64::from(local_port) << 16
+        | u64::from(remote_port) << 32
+        | u64::from(protocol) << 48;
+    // SAFETY: FlowKey is #[repr(C, align(8))], 40 bytes of integers and byte arrays with no
+    // padding, so every bit pattern is valid; on this little-endian target these words hold
+    // its fields in declaration order (family, local port, remote port, protocol, pad, then
+    // each address: the loaded word and twelve zero bytes). The kernel tests check the keys.
+    unsafe {
+        core::mem::transmute::<[u64; 5], FlowKey>([head, u64::from(local), 0, u64::from(remote), 0])
     }
 }
 
-/// [`parse`] through `bpf_skb_load_bytes`.
+/// [`parse_direct`] of any IPv4 or IPv6 packet, through `bpf_skb_load_bytes`: for another
+/// transport the key has no ports and the header length is the IP header's.
 #[inline(always)]
 fn parse_loaded(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
     let vihl: u8 = ctx.load(0).ok()?;
@@ -231,20 +238,27 @@ fn parse_loaded(ctx: &SkBuffContext, egress: bool) -> Option<(FlowKey, u64)> {
 /// is counted once, on its flow, which carries its socket's cgroup id (the loader sums each
 /// cgroup's flows): one map update per packet, and the cgroup id is read only when the flow
 /// is new on this CPU. Any other packet, or one whose flow the map could not store, is
-/// counted on its cgroup.
+/// counted on its cgroup. Each parse goes to a copy of [`count_parsed`] of its own: one key
+/// merged from the two is carried a byte at a time.
 #[inline(always)]
 fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
-    let parsed = parse(ctx, egress);
-    if let Some((key, _)) = &parsed
-        && denied(key, egress)
-    {
-        return 0;
-    }
     let len = ctx.len() as u64;
-    let payload = match parsed {
-        Some((_, header)) if len > header => len - header,
-        _ => 0,
-    };
+    if let Some((key, header)) = parse_direct(ctx, egress) {
+        return count_parsed(ctx, &key, header, len, egress);
+    }
+    if let Some((key, header)) = parse_loaded(ctx, egress) {
+        return count_parsed(ctx, &key, header, len, egress);
+    }
+    count_cgroup(
+        unsafe { bpf_skb_cgroup_id(ctx.skb.skb) },
+        &traffic(len, 0, egress),
+    );
+    1
+}
+
+/// One packet's traffic in its direction.
+#[inline(always)]
+fn traffic(len: u64, payload: u64, egress: bool) -> Traffic {
     let mut t = Traffic::default();
     if egress {
         t.tx_packets = 1;
@@ -255,30 +269,39 @@ fn count_skb(ctx: &SkBuffContext, egress: bool) -> i32 {
         t.rx_bytes = len;
         t.rx_payload = payload;
     }
-    if let Some((key, _)) = parsed
-        && (key.protocol == IPPROTO_TCP || key.protocol == IPPROTO_UDP)
-    {
-        if let Some(p) = FLOW_TRAFFIC.get_ptr_mut(&key) {
-            unsafe {
-                (*p).traffic.add(&t);
-                // A flow another CPU created holds zeros on this one.
-                if (*p).cgroup_id == 0 {
-                    (*p).cgroup_id = bpf_skb_cgroup_id(ctx.skb.skb);
-                }
+    t
+}
+
+/// [`count_skb`] of a packet whose headers were read: `header` bytes before the payload.
+#[inline(always)]
+fn count_parsed(ctx: &SkBuffContext, key: &FlowKey, header: u64, len: u64, egress: bool) -> i32 {
+    if denied(key, egress) {
+        return 0;
+    }
+    let payload = if len > header { len - header } else { 0 };
+    let t = traffic(len, payload, egress);
+    if key.protocol != IPPROTO_TCP && key.protocol != IPPROTO_UDP {
+        count_cgroup(unsafe { bpf_skb_cgroup_id(ctx.skb.skb) }, &t);
+        return 1;
+    }
+    if let Some(p) = FLOW_TRAFFIC.get_ptr_mut(key) {
+        unsafe {
+            (*p).traffic.add(&t);
+            // A flow another CPU created holds zeros on this one.
+            if (*p).cgroup_id == 0 {
+                (*p).cgroup_id = bpf_skb_cgroup_id(ctx.skb.skb);
             }
-            return 1;
-        }
-        let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
-        let flow = FlowTraffic {
-            traffic: t,
-            cgroup_id: cgroup,
-        };
-        if FLOW_TRAFFIC.insert(&key, &flow, 0).is_err() {
-            count_cgroup(cgroup, &t);
         }
         return 1;
     }
-    count_cgroup(unsafe { bpf_skb_cgroup_id(ctx.skb.skb) }, &t);
+    let cgroup = unsafe { bpf_skb_cgroup_id(ctx.skb.skb) };
+    let flow = FlowTraffic {
+        traffic: t,
+        cgroup_id: cgroup,
+    };
+    if FLOW_TRAFFIC.insert(key, &flow, 0).is_err() {
+        count_cgroup(cgroup, &t);
+    }
     1
 }
 
@@ -312,9 +335,9 @@ fn tracepoint_key(
     let dport: u16 = unsafe { ctx.read_at(offset(dport_slot)) }.ok()?;
     match family {
         AF_INET => {
-            let s: [u8; 4] = unsafe { ctx.read_at(offset(saddr_slot)) }.ok()?;
-            let d: [u8; 4] = unsafe { ctx.read_at(offset(daddr_slot)) }.ok()?;
-            Some(FlowKey::v4(IPPROTO_TCP, s, sport, d, dport))
+            let s: u32 = unsafe { ctx.read_at(offset(saddr_slot)) }.ok()?;
+            let d: u32 = unsafe { ctx.read_at(offset(daddr_slot)) }.ok()?;
+            Some(v4_key(IPPROTO_TCP, s, sport, d, dport))
         }
         AF_INET6 => {
             let s: [u8; 16] = unsafe { ctx.read_at(offset(saddr6_slot)) }.ok()?;
@@ -465,26 +488,19 @@ fn sampled_tcp_probe(ctx: &TracePointContext) -> Option<()> {
 fn try_tcp_probe(ctx: &TracePointContext, sport: u16, dport: u16) -> Option<()> {
     let family: u16 = unsafe { ctx.read_at(offset(config::PROBE_FAMILY)) }.ok()?;
     let srtt: u32 = unsafe { ctx.read_at(offset(config::PROBE_SRTT)) }.ok()?;
-    // saddr / daddr are a sockaddr_in (address at 4) or sockaddr_in6 (address at 8).
-    let s: [u8; 28] = unsafe { ctx.read_at(offset(config::PROBE_SADDR)) }.ok()?;
-    let d: [u8; 28] = unsafe { ctx.read_at(offset(config::PROBE_DADDR)) }.ok()?;
+    // saddr / daddr are a sockaddr_in (address at 4) or sockaddr_in6 (address at 8): only the
+    // address is read.
+    let (saddr, daddr) = (offset(config::PROBE_SADDR), offset(config::PROBE_DADDR));
     let key = match family {
-        AF_INET => FlowKey::v4(
-            IPPROTO_TCP,
-            [s[4], s[5], s[6], s[7]],
-            sport,
-            [d[4], d[5], d[6], d[7]],
-            dport,
-        ),
+        AF_INET => {
+            let s: u32 = unsafe { ctx.read_at(saddr + 4) }.ok()?;
+            let d: u32 = unsafe { ctx.read_at(daddr + 4) }.ok()?;
+            v4_key(IPPROTO_TCP, s, sport, d, dport)
+        }
         AF_INET6 => {
-            let mut key = FlowKey::v6(IPPROTO_TCP, [0; 16], sport, [0; 16], dport);
-            let mut i = 0;
-            while i < 16 {
-                key.local_addr[i] = s[8 + i];
-                key.remote_addr[i] = d[8 + i];
-                i += 1;
-            }
-            key
+            let s: [u8; 16] = unsafe { ctx.read_at(saddr + 8) }.ok()?;
+            let d: [u8; 16] = unsafe { ctx.read_at(daddr + 8) }.ok()?;
+            FlowKey::v6(IPPROTO_TCP, s, sport, d, dport)
         }
         _ => return None,
     };
