@@ -26,7 +26,7 @@ use aya::{Ebpf, EbpfLoader};
 use gryvia_ebpf_common::{AF_INET, AF_INET6, DENY_EXACT_BITS, IPPROTO_TCP, IPPROTO_UDP, config};
 pub use gryvia_ebpf_common::{
     DIRECTION_EGRESS, DIRECTION_INGRESS, DenyKey, FlowKey, FlowTraffic, MAX_DENY_ENTRIES,
-    MAX_DENY_RULES, Rtt, TcpEvents, Traffic,
+    MAX_DENY_RULES, MAX_FLOWS, Rtt, TcpEvents, Traffic,
 };
 
 pub mod host;
@@ -88,6 +88,9 @@ pub enum Error {
         /// Why not.
         reason: String,
     },
+    /// An option is out of range.
+    #[error("options: {0}")]
+    Options(String),
     /// A map could not be read or written.
     #[error("map {map}: {reason}")]
     Map {
@@ -140,7 +143,19 @@ pub struct Options {
     /// of `gryvia-ebpf/programs`, e.g. one made for a particular kernel). It must define the
     /// same programs and maps.
     pub object: Option<PathBuf>,
+    /// Capacity of each per-flow map (`FLOW_TRAFFIC`, `TCP_EVENTS`, `TCP_RTT`): beyond it the
+    /// least recently used flows are evicted. `None`: [`MAX_FLOWS`]. The kernel allocates the
+    /// maps whole at load, and the two per-CPU ones hold a value per possible CPU for every
+    /// entry (96 bytes a flow per CPU: about 6 MiB per CPU at the default), so a node with many
+    /// CPUs and few flows wants a smaller one. At least [`MIN_FLOWS`].
+    pub max_flows: Option<u32>,
 }
+
+/// The smallest [`Options::max_flows`].
+pub const MIN_FLOWS: u32 = 1_024;
+
+/// The maps [`Options::max_flows`] sizes.
+const FLOW_MAPS: [&str; 3] = ["FLOW_TRAFFIC", "TCP_EVENTS", "TCP_RTT"];
 
 /// Per-program counters of the kernel (with `kernel.bpf_stats_enabled`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -225,9 +240,18 @@ impl Collector {
             ),
             None => std::borrow::Cow::Borrowed(PROGRAMS),
         };
-        let mut ebpf = EbpfLoader::new()
-            .load(&object)
-            .map_err(|e| Error::Object(chain(&e)))?;
+        let mut loader = EbpfLoader::new();
+        if let Some(n) = options.max_flows {
+            if n < MIN_FLOWS {
+                return Err(Error::Options(format!(
+                    "max flows {n}: at least {MIN_FLOWS} (the per-flow maps evict the least recently used flows beyond it)"
+                )));
+            }
+            for map in FLOW_MAPS {
+                loader.map_max_entries(map, n);
+            }
+        }
+        let mut ebpf = loader.load(&object).map_err(|e| Error::Object(chain(&e)))?;
         {
             let map = ebpf.map_mut("CONFIG").ok_or_else(|| Error::Map {
                 map: "CONFIG".into(),
@@ -316,6 +340,28 @@ impl Collector {
         })?;
         self.stats = Some(fd);
         Ok(())
+    }
+
+    /// The capacity of each per-flow map as the kernel loaded it ([`Options::max_flows`]).
+    ///
+    /// # Errors
+    /// [`Error::Map`] when a map is missing or the kernel does not answer.
+    pub fn max_flows(&self) -> Result<u32> {
+        let mut capacity = u32::MAX;
+        for name in FLOW_MAPS {
+            let err = |reason: String| Error::Map {
+                map: name.into(),
+                reason,
+            };
+            let data = match self.ebpf.map(name) {
+                Some(aya::maps::Map::PerCpuLruHashMap(d) | aya::maps::Map::LruHashMap(d)) => d,
+                Some(_) => return Err(err("not an LRU hash map".into())),
+                None => return Err(err("not in the object".into())),
+            };
+            let info = data.info().map_err(|e| err(e.to_string()))?;
+            capacity = capacity.min(info.max_entries());
+        }
+        Ok(capacity)
     }
 
     /// Whether [`Collector::enable_stats`] turned the kernel's run-time statistics on.

@@ -15,7 +15,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use gryvia_ebpf::{
-    Collector, DIRECTION_EGRESS, DenyEntry, DenyKey, Options, Programs, Snapshot, host,
+    Collector, DIRECTION_EGRESS, DenyEntry, DenyKey, MAX_FLOWS, MIN_FLOWS, Options, Programs,
+    Snapshot, host,
 };
 use serde_json::Value;
 
@@ -504,6 +505,52 @@ fn a_missing_interface_is_a_clear_error() {
         err.starts_with("attach iface_count to gryvia-nope0:"),
         "{err}"
     );
+}
+
+#[test]
+fn max_flows_sizes_the_flow_maps_and_bounds_what_they_hold() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Dropped after everything below (the collector first), so tracefs is free to unmount.
+    let _tracefs = TracefsGuard::new();
+    let err = Collector::start(&Options {
+        max_flows: Some(MIN_FLOWS - 1),
+        ..Options::default()
+    })
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert_eq!(
+        err,
+        "options: max flows 1023: at least 1024 (the per-flow maps evict the least recently used flows beyond it)"
+    );
+    let default = start(&Options::default());
+    assert_eq!(default.max_flows().unwrap(), MAX_FLOWS);
+    drop(default);
+
+    let collector = start(&Options {
+        max_flows: Some(MIN_FLOWS),
+        ..Options::default()
+    });
+    assert_eq!(collector.max_flows().unwrap(), MIN_FLOWS);
+    // 800 connections are 1,600 flows (a client and a server side each): more than the maps
+    // hold, so the least recently used are evicted, and counting goes on.
+    let cg = TestCgroup::new();
+    traffic(
+        &cg.path,
+        None,
+        "tcp --connections 800 --bytes 1000 --reply 100",
+    );
+    let snap: Snapshot = collector.snapshot().unwrap();
+    let held = snap.flows.len();
+    assert!(
+        (1..=MIN_FLOWS as usize).contains(&held),
+        "{held} flows held"
+    );
+    let t = snap.cgroups().get(&cg.id).copied().unwrap_or_default();
+    assert!(t.tx_packets > 0 && t.rx_packets > 0, "{t:?}");
 }
 
 /// The file offset and size of the ELF64 section `name` (little-endian; the object is ours).

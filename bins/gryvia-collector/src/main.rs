@@ -87,6 +87,11 @@ struct Flags {
     /// Stop after this many windows (benchmarks and tests).
     #[arg(long)]
     iterations: Option<u64>,
+    /// Capacity of each per-flow map (the least recently used flows are evicted beyond it;
+    /// 65,536 by default, at least 1,024). The kernel allocates the two per-CPU maps whole, 96
+    /// bytes a flow for each possible CPU: about 6 MiB per CPU at the default.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(i64::from(gryvia_ebpf::MIN_FLOWS)..))]
+    max_flows: Option<u32>,
     /// Have the kernel time every run of the eBPF programs (BPF_ENABLE_STATS, host-wide, for
     /// as long as the collector runs) and serve the figures as gryvia_ebpf_program_runs and
     /// gryvia_ebpf_program_run_time_nanoseconds. Off by default: the timing reads the clock
@@ -299,6 +304,7 @@ fn start(settings: &Settings, flags: &Flags) -> anyhow::Result<Running> {
         interfaces: settings.interfaces.clone(),
         xdp_generic: flags.xdp_generic,
         object: flags.object.clone(),
+        max_flows: flags.max_flows,
     };
     let mut collector = Collector::start(&options)?;
     if flags.program_stats
@@ -311,8 +317,9 @@ fn start(settings: &Settings, flags: &Flags) -> anyhow::Result<Running> {
         |(n, g)| format!("GryviaCollectorConfig {n} (generation {g})"),
     );
     let names: Vec<&str> = settings.programs.iter().map(|p| p.as_str()).collect();
+    let max_flows = collector.max_flows()?;
     info!(node = %flags.node, cgroup = %collector.cgroup().display(), interfaces = ?settings.interfaces,
-          programs = ?names, interval = settings.interval_seconds, %from, "eBPF programs attached");
+          programs = ?names, interval = settings.interval_seconds, max_flows, %from, "eBPF programs attached");
     Ok(Running {
         collector,
         settings: settings.clone(),
