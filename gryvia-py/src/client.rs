@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use serde_json::Value;
 
+use crate::list_dicts::ListDicts;
 use crate::{ApiError, ConflictError, GryviaError, NotFoundError, ValidationError, to_json, to_py};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
@@ -183,6 +184,7 @@ async fn op_list(
         Decode::of(&k.resource.api_version, &k.resource.kind)?
     };
     let out = Python::attach(|py| PyList::empty(py).unbind());
+    let list = decode.list();
     let mut whole = false;
     // Items are decoded as they arrive, while the server still sends the rest of the body.
     while let Some(part) = parts.recv().await {
@@ -197,7 +199,7 @@ async fn op_list(
                 match part.map_err(py_err)? {
                     ListPart::Items(items) => {
                         for item in &items {
-                            out.append(decode.object(py, item)?)?;
+                            out.append(decode.object(py, item, list.as_ref())?)?;
                         }
                     }
                     ListPart::End(_) => whole = true,
@@ -218,7 +220,7 @@ async fn op_list(
 #[derive(Clone)]
 enum Decode {
     /// A Gryvia kind: an object of its kind's class, kept as the server's JSON until read.
-    Gryvia(crate::kind_classes::Unparsed),
+    Gryvia(crate::kind_classes::Unparsed, &'static str),
     /// Another kind: a dict, with `apiVersion` and `kind` filled in where the server left
     /// them out (items of a list of a built-in kind).
     Dict { api_version: String, kind: String },
@@ -237,13 +239,28 @@ impl Decode {
             return Ok(Decode::dict(api_version, kind));
         }
         crate::kind_classes::unparsed(kind)
-            .map(Decode::Gryvia)
+            .map(|(make, kind)| Decode::Gryvia(make, kind))
             .ok_or_else(|| GryviaError::new_err(format!("kind: {kind:?} is not a Gryvia kind")))
     }
 
-    fn object(&self, py: Python<'_>, json: &str) -> PyResult<Py<PyAny>> {
+    /// Where a list's items of a Gryvia kind take their places (for `to_dict()` a batch at a
+    /// time); none for other kinds, whose items are dicts already.
+    fn list(&self) -> Option<Arc<ListDicts>> {
         match self {
-            Decode::Gryvia(make) => make(py, json),
+            Decode::Gryvia(_, kind) => Some(ListDicts::new(kind)),
+            Decode::Dict { .. } => None,
+        }
+    }
+
+    /// The object of `json`, as the next item of `list` when given.
+    fn object(
+        &self,
+        py: Python<'_>,
+        json: &str,
+        list: Option<&Arc<ListDicts>>,
+    ) -> PyResult<Py<PyAny>> {
+        match self {
+            Decode::Gryvia(make, _) => make(py, json, list),
             Decode::Dict { api_version, kind } => {
                 crate::pyjson::object(py, json.as_bytes(), api_version, kind)
                     .map(Bound::unbind)
@@ -471,7 +488,7 @@ impl Watch {
                     .map(|(t, json)| {
                         let event = WatchEvent {
                             kind: t.as_str(),
-                            object: decode.object(py, &json)?,
+                            object: decode.object(py, &json, None)?,
                         };
                         Ok(Py::new(py, event)?.into_any())
                     })

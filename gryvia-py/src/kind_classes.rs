@@ -3,10 +3,13 @@
 //! `gryvia.GryviaAIJob({...})` builds one (its `apiVersion` and `kind` may be left out). The
 //! list of kinds is `kinds.rs`, generated with the typed stubs by `gen_kinds.py`.
 
+use std::sync::Arc;
+
 use pyo3::PyClassInitializer;
 use pyo3::prelude::*;
 use serde_json::Value;
 
+use crate::list_dicts::ListDicts;
 use crate::{Resource, ValidationError, normalize, to_json};
 
 /// `data` as an object of `kind`: `apiVersion` and `kind` filled in when left out, refused
@@ -35,8 +38,9 @@ fn of_kind(kind: &str, data: &Bound<'_, PyAny>) -> PyResult<Value> {
     normalize(&value)
 }
 
-/// Makes an object of one Gryvia kind's class from the server's JSON of it, kept unparsed.
-pub(crate) type Unparsed = fn(Python<'_>, &str) -> PyResult<Py<PyAny>>;
+/// Makes an object of one Gryvia kind's class from the server's JSON of it, kept unparsed, as
+/// the next item of a list when one is given.
+pub(crate) type Unparsed = fn(Python<'_>, &str, Option<&Arc<ListDicts>>) -> PyResult<Py<PyAny>>;
 
 macro_rules! kind_classes {
     ($($kind:ident),* $(,)?) => {
@@ -69,18 +73,21 @@ macro_rules! kind_classes {
             }
         }
 
-        /// How an object of `kind` is made from the server's JSON (kept as it is until read):
-        /// `None` for a kind that is not Gryvia's.
-        pub(crate) fn unparsed(kind: &str) -> Option<Unparsed> {
+        /// How an object of `kind` is made from the server's JSON (kept as it is until read),
+        /// and the kind's name: `None` for a kind that is not Gryvia's.
+        pub(crate) fn unparsed(kind: &str) -> Option<(Unparsed, &'static str)> {
             match kind {
-                $(stringify!($kind) => Some(|py, json| {
-                    Ok(Py::new(
-                        py,
-                        PyClassInitializer::from(Resource::unparsed(json, stringify!($kind)))
-                            .add_subclass($kind),
-                    )?
-                    .into_any())
-                }),)*
+                $(stringify!($kind) => {
+                    let make: Unparsed = |py, json, list| {
+                        Ok(Py::new(
+                            py,
+                            PyClassInitializer::from(Resource::unparsed(json, stringify!($kind), list))
+                                .add_subclass($kind),
+                        )?
+                        .into_any())
+                    };
+                    Some((make, stringify!($kind)))
+                })*
                 _ => None,
             }
         }

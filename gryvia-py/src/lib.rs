@@ -8,10 +8,11 @@
 
 mod client;
 mod kind_classes;
+mod list_dicts;
 mod pyjson;
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use gryvia_reconcile::Reconcile;
 use gryvia_types::validation::{ValidationErrors, Validator};
@@ -20,6 +21,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
 use serde_json::Value;
+
+use crate::list_dicts::ListDicts;
 
 create_exception!(
     _gryvia,
@@ -193,8 +196,10 @@ pub struct Resource {
 
 /// One object's JSON as the server sent it, and its kind (which a list's items may leave out).
 struct Raw {
-    json: Box<str>,
+    json: Arc<str>,
     kind: &'static str,
+    /// The list it came in and its place there, for `to_dict()` a batch at a time.
+    list: Option<(Arc<ListDicts>, usize)>,
 }
 
 impl Resource {
@@ -207,13 +212,13 @@ impl Resource {
     }
 
     /// A resource of `kind` kept as the server's `json` (valid JSON: a list's item as the
-    /// list's scan found it) until it is read.
-    pub(crate) fn unparsed(json: &str, kind: &'static str) -> Self {
+    /// list's scan found it) until it is read; `list` is the list it is an item of, if any
+    /// (it then takes its place in it).
+    pub(crate) fn unparsed(json: &str, kind: &'static str, list: Option<&Arc<ListDicts>>) -> Self {
+        let json: Arc<str> = json.into();
+        let list = list.map(|l| (l.clone(), l.push(json.clone())));
         Resource {
-            raw: Some(Raw {
-                json: json.into(),
-                kind,
-            }),
+            raw: Some(Raw { json, kind, list }),
             value: OnceLock::new(),
         }
     }
@@ -314,6 +319,14 @@ impl Resource {
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let _paused = pyjson::GcPause::new(py);
         match (&self.raw, self.value.get()) {
+            // An item of a list: with the next items' when they come in order.
+            (
+                Some(Raw {
+                    list: Some((list, index)),
+                    ..
+                }),
+                _,
+            ) => list.dict(py, *index),
             // Never read: straight from the server's JSON, without a Value between.
             (Some(raw), None) => {
                 pyjson::object(py, raw.json.as_bytes(), gryvia_types::API_VERSION, raw.kind)

@@ -117,3 +117,27 @@ def test_strings_with_escapes_controls_and_any_characters_read_as_json_reads_the
     assert listed["strings"]["data"] == data
     assert listed["strings"]["metadata"]["labels"] == labels
     assert listed["strings"] == {"apiVersion": "v1", "kind": "ConfigMap", **_by_name(raw)["strings"]}
+
+
+def test_to_dict_of_a_lists_items_in_order_out_of_order_and_twice(client, kubeconfig, namespace):
+    # More items than to_dict() builds ahead at once (256), so a loop crosses batches.
+    n = 300
+    for i in range(n):
+        client.create(_aijob(f"b-{i:03d}", namespace, i))
+    custom, _ = _official(kubeconfig)
+    official = _by_name(custom.list_namespaced_custom_object("gryvia.io", "v1alpha1", namespace, "gryviaaijobs")["items"])
+    listed = client.list("GryviaAIJob", namespace)
+    # In order, as a loop does it: every dict is the object the official client reads.
+    in_order = [j.to_dict() for j in listed]
+    assert _by_name(in_order) == official
+    # Each call gives a dict of its own: changing one changes no other, nor the object.
+    again = listed[5].to_dict()
+    assert again == in_order[5] and again is not in_order[5]
+    in_order[6]["spec"]["image"] = "changed"
+    assert listed[6].to_dict()["spec"]["image"] == "registry.local/train:1"
+    assert listed[6].spec.image == "registry.local/train:1"
+    # Out of order, and items read through attributes first, in a second list.
+    second = client.list("GryviaAIJob", namespace)
+    assert [j.spec.replicas for j in second[::7]] == [official[j.name]["spec"]["replicas"] for j in second[::7]]
+    order = list(range(n - 1, -1, -3)) + list(range(0, n, 2)) + [299, 0, 1, 2]
+    assert all(second[i].to_dict() == official[second[i].name] for i in order)
