@@ -364,14 +364,14 @@ impl Collector {
         Ok(capacity)
     }
 
-    /// Whether [`Collector::enable_stats`] turned the kernel's run-time statistics on.
-    pub fn stats_enabled(&self) -> bool {
-        self.stats.is_some()
-    }
-
-    /// Run counts and run time of every loaded program.
+    /// Run counts and run time of every loaded program; none unless
+    /// [`Collector::enable_stats`] turned the kernel's statistics on (its counters stay at
+    /// zero otherwise).
     pub fn program_stats(&self) -> Vec<ProgramStats> {
         let mut out = Vec::new();
+        if self.stats.is_none() {
+            return out;
+        }
         for (name, p) in self.ebpf.programs() {
             let Ok(info) = p.info() else { continue };
             out.push(ProgramStats {

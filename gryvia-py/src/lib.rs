@@ -328,11 +328,7 @@ impl Resource {
                 _,
             ) => list.dict(py, *index),
             // Never read: straight from the server's JSON, without a Value between.
-            (Some(raw), None) => {
-                pyjson::object(py, raw.json.as_bytes(), gryvia_types::API_VERSION, raw.kind)
-                    .map(Bound::unbind)
-                    .map_err(|e| GryviaError::new_err(format!("decode {}: {e}", raw.kind)))
-            }
+            (Some(raw), None) => pyjson::gryvia_object(py, &raw.json, raw.kind),
             _ => to_py(py, self.value()),
         }
     }

@@ -80,11 +80,7 @@ impl ListDicts {
         let _paused = GcPause::new(py);
         let mut dicts = Vec::with_capacity(jsons.len());
         for json in &jsons {
-            dicts.push(
-                pyjson::object(py, json.as_bytes(), gryvia_types::API_VERSION, self.kind)
-                    .map(Bound::unbind)
-                    .map_err(|e| GryviaError::new_err(format!("decode {}: {e}", self.kind)))?,
-            );
+            dicts.push(pyjson::gryvia_object(py, json, self.kind)?);
         }
         let mut dicts = dicts.into_iter();
         let first = dicts.next().ok_or_else(|| {

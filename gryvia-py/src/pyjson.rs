@@ -433,6 +433,14 @@ pub(crate) fn value<'py>(py: Python<'py>, json: &[u8]) -> Built<'py> {
     })
 }
 
+/// A Gryvia object of `kind` from the server's JSON of it, as a dict (`apiVersion` and `kind`
+/// filled in where a list's item leaves them out).
+pub(crate) fn gryvia_object(py: Python<'_>, json: &str, kind: &str) -> PyResult<Py<PyAny>> {
+    object(py, json.as_bytes(), gryvia_types::API_VERSION, kind)
+        .map(Bound::unbind)
+        .map_err(|e| crate::GryviaError::new_err(format!("decode {kind}: {e}")))
+}
+
 /// An object's JSON as a dict, with `apiVersion` and `kind` filled in where it lacks them
 /// (items of a list of a built-in kind carry neither).
 ///

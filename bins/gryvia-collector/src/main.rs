@@ -694,13 +694,7 @@ fn record(
         .inc_by(window.flows.values().map(|f| f.tcp.established).sum());
     net.flows
         .set(i64::try_from(window.flows.len()).unwrap_or(i64::MAX));
-    // Without the kernel's statistics the counters stay at zero: no series rather than zeros.
-    let stats = if collector.stats_enabled() {
-        collector.program_stats()
-    } else {
-        Vec::new()
-    };
-    for p in stats {
+    for p in collector.program_stats() {
         let l = ProgramLabels { program: p.name };
         net.program_runs
             .get_or_create(&l)
