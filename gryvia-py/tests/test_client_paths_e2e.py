@@ -130,6 +130,8 @@ def test_to_dict_of_a_lists_items_in_order_out_of_order_and_twice(client, kubeco
     # In order, as a loop does it: every dict is the object the official client reads.
     in_order = [j.to_dict() for j in listed]
     assert _by_name(in_order) == official
+    # A short value that repeats from object to object is one string, shared by the dicts.
+    assert in_order[0]["spec"]["image"] is in_order[n - 1]["spec"]["image"]
     # Each call gives a dict of its own: changing one changes no other, nor the object.
     again = listed[5].to_dict()
     assert again == in_order[5] and again is not in_order[5]
