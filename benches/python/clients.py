@@ -3,8 +3,12 @@
 all in one run, with a raw HTTPS GET of the same list as the floor.
 
 Per size (5,000 and 50,000 objects of each kind in one namespace, unless told otherwise):
-- list: one list of every GryviaAIJob (a CRD) and of every batch Job (a built-in kind),
-  median of ``--rounds`` rounds, each client's own list call as a user writes it;
+- list: one list of every GryviaAIJob (a CRD) and of every batch Job (a built-in kind), each
+  client's own list call as a user writes it, median of ``--rounds`` rounds (each round runs
+  the floor and then every client once, so the API server's changes of pace fall on all
+  alike), with the median CPU seconds the benchmark's process spent in it (every thread; the
+  API server's CPU is not counted: this is what the client itself costs, whatever the
+  server's pace);
 - to_dict: ``to_dict()`` of every item of a list the client made (the list untimed), median
   of ``--rounds`` rounds, for each client whose list items have one;
 - get: median of 200 reads of one object by name (the same names for every client);
@@ -28,6 +32,7 @@ import http.client
 import json
 import os
 import random
+import resource
 import ssl
 import statistics
 import tempfile
@@ -152,6 +157,12 @@ async def populate(ns, n):
         started = time.perf_counter()
         await asyncio.gather(*(make(o) for o in objs))
         print(f"  made {n} {kind} in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def cpu_seconds():
+    """User and system CPU of this process, every thread (the Rust client's runtime too)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
 
 
 def median_time(fn, rounds):
@@ -319,17 +330,41 @@ def bench(n, rounds, slow_rounds):
     rows = []
     c = Clients()
     for kind, clients in list_clients(c, ns).items():
-        floor, size = median_time(lambda: len(raw.get(paths[kind])), rounds)
-        rows.append((f"list {kind}", "raw HTTPS GET (the floor)", floor, f"{size / 1e6:.1f} MB"))
-        # The count only, like every client's row: the decoded list is not kept alive for the
-        # rows after it (50,000 objects' dicts would be walked by each of their collections).
-        t, _ = median_time(lambda: len(json.loads(raw.get(paths[kind]))["items"]), rounds)
-        rows.append((f"list {kind}", "raw GET + json.loads", t, ""))
-        for name, fn in clients:
-            r = slow_rounds if name.startswith("kr8s") else rounds
-            t, count = median_time(fn, r)
-            assert count == n, (name, count)
-            rows.append((f"list {kind}", name, t, f"{t / floor:.2f}x floor" + ("" if r == rounds else f", {r} round(s)")))
+        # Round by round: the floor, then every client once, so that the API server's slower
+        # and faster spells fall on all of them alike; each row is the median over its rounds.
+        floor_name, loads_name = "raw HTTPS GET (the floor)", "raw GET + json.loads"
+        runs = [
+            (floor_name, lambda: len(raw.get(paths[kind])), rounds),
+            # The count only, like every client's: the decoded list is not kept alive for the
+            # rows after it (50,000 objects' dicts would be walked by each of their collections).
+            (loads_name, lambda: len(json.loads(raw.get(paths[kind]))["items"]), rounds),
+        ] + [(name, fn, slow_rounds if name.startswith("kr8s") else rounds) for name, fn in clients]
+        walls = {name: [] for name, _, _ in runs}
+        cpus = {name: [] for name, _, _ in runs}
+        size = 0
+        for i in range(rounds):
+            for name, fn, r in runs:
+                if i >= r:
+                    continue
+                used = cpu_seconds()
+                started = time.perf_counter()
+                result = fn()
+                walls[name].append(time.perf_counter() - started)
+                cpus[name].append(cpu_seconds() - used)
+                if name == floor_name:
+                    size = result
+                else:
+                    assert result == n, (name, result)
+        floor = statistics.median(walls[floor_name])
+        for name, _, r in runs:
+            t, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+            if name == floor_name:
+                note = f"{size / 1e6:.1f} MB, CPU {cpu:.3f} s"
+            elif name == loads_name:
+                note = f"CPU {cpu:.3f} s"
+            else:
+                note = f"{t / floor:.2f}x floor, CPU {cpu:.3f} s" + ("" if r == rounds else f", {r} round(s)")
+            rows.append((f"list {kind}", name, t, note))
     for kind, clients in to_dict_clients(c, ns).items():
         for name, make, convert in clients:
             r = slow_rounds if name.startswith("kr8s") else rounds
