@@ -31,9 +31,9 @@ impl From<PyErr> for DecodeError {
 
 /// Keys longer than this are made anew each time, not kept.
 const KEPT_KEY_LEN: usize = 64;
-/// Slots of the key cache (a power of two): a key shares its slot with others of the same hash
-/// and the last one made stays.
-const KEY_SLOTS: usize = 4096;
+/// Slots of each of the string caches, keys and values (a power of two): a string shares its
+/// slot with others of the same hash and the last one made stays.
+const CACHE_SLOTS: usize = 4096;
 /// Objects and arrays nested deeper than this are refused (Python's own recursion limit is
 /// 1,000).
 const MAX_DEPTH: usize = 512;
@@ -45,20 +45,20 @@ const KEPT_VALUE_LEN: usize = 40;
 /// process) and the short values, which repeat from object to object too (an image, a label's
 /// value, `Update`, `FieldsV1`, a manager's name, a timestamp of objects made in the same
 /// second), not interned, so a value that is replaced in its slot is freed with its last user.
-struct KeyCache {
+struct StringCache {
     keys: Vec<Option<(Box<str>, Py<PyString>)>>,
     values: Vec<Option<(Box<str>, Py<PyString>)>>,
 }
 
-impl KeyCache {
+impl StringCache {
     fn new() -> Self {
-        KeyCache {
-            keys: (0..KEY_SLOTS).map(|_| None).collect(),
-            values: (0..KEY_SLOTS).map(|_| None).collect(),
+        StringCache {
+            keys: (0..CACHE_SLOTS).map(|_| None).collect(),
+            values: (0..CACHE_SLOTS).map(|_| None).collect(),
         }
     }
 
-    fn get<'py>(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
+    fn key<'py>(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
         cached(&mut self.keys, py, key, PyString::intern)
     }
 
@@ -75,7 +75,7 @@ fn cached<'py>(
     text: &str,
     make: fn(Python<'py>, &str) -> Bound<'py, PyString>,
 ) -> Bound<'py, PyString> {
-    let slot = &mut slots[key_hash(text.as_bytes()) & (KEY_SLOTS - 1)];
+    let slot = &mut slots[key_hash(text.as_bytes()) & (CACHE_SLOTS - 1)];
     if let Some((kept, s)) = slot
         && **kept == *text
     {
@@ -86,7 +86,7 @@ fn cached<'py>(
     s
 }
 
-/// A hash of a key, eight bytes at a time (the keys are short: most take one or two steps).
+/// A hash of a key or short value, eight bytes at a time (most take one or two steps).
 fn key_hash(key: &[u8]) -> usize {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let mut h = key.len() as u64;
@@ -105,14 +105,14 @@ fn key_hash(key: &[u8]) -> usize {
     (h >> 32) as usize
 }
 
-/// The process's key cache (behind the GIL, so never contended; a decode that finds it in use,
+/// The process's string cache (behind the GIL, so never contended; a decode that finds it in use,
 /// from a finalizer run in the middle of another, uses a cache of its own).
-static KEYS: Mutex<Option<KeyCache>> = Mutex::new(None);
+static STRINGS: Mutex<Option<StringCache>> = Mutex::new(None);
 
-fn with_keys<R>(f: impl FnOnce(&mut KeyCache) -> R) -> R {
-    match KEYS.try_lock() {
-        Ok(mut keys) => f(keys.get_or_insert_with(KeyCache::new)),
-        Err(_) => f(&mut KeyCache::new()),
+fn with_strings<R>(f: impl FnOnce(&mut StringCache) -> R) -> R {
+    match STRINGS.try_lock() {
+        Ok(mut strings) => f(strings.get_or_insert_with(StringCache::new)),
+        Err(_) => f(&mut StringCache::new()),
     }
 }
 
@@ -128,7 +128,7 @@ struct Parser<'s, 'py, 'k> {
     b: &'s [u8],
     i: usize,
     depth: usize,
-    keys: &'k mut KeyCache,
+    strings: &'k mut StringCache,
     scratch: String,
 }
 
@@ -251,7 +251,7 @@ impl<'s, 'py> Parser<'s, 'py, '_> {
 
     fn string(&mut self) -> Result<Bound<'py, PyString>, DecodeError> {
         Ok(match self.text()? {
-            Text::Plain(t) if t.len() <= KEPT_VALUE_LEN => self.keys.value(self.py, t),
+            Text::Plain(t) if t.len() <= KEPT_VALUE_LEN => self.strings.value(self.py, t),
             Text::Plain(t) => PyString::new(self.py, t),
             Text::Escaped => PyString::new(self.py, &self.scratch),
         })
@@ -259,7 +259,7 @@ impl<'s, 'py> Parser<'s, 'py, '_> {
 
     fn key(&mut self) -> Result<Bound<'py, PyString>, DecodeError> {
         Ok(match self.text()? {
-            Text::Plain(t) if t.len() <= KEPT_KEY_LEN => self.keys.get(self.py, t),
+            Text::Plain(t) if t.len() <= KEPT_KEY_LEN => self.strings.key(self.py, t),
             Text::Plain(t) => PyString::new(self.py, t),
             Text::Escaped => PyString::new(self.py, &self.scratch),
         })
@@ -441,14 +441,14 @@ impl<'s, 'py> Parser<'s, 'py, '_> {
 pub(crate) fn value<'py>(py: Python<'py>, json: &[u8]) -> Built<'py> {
     let s = std::str::from_utf8(json)
         .map_err(|e| DecodeError(format!("not UTF-8 after byte {}", e.valid_up_to())))?;
-    with_keys(|keys| {
+    with_strings(|strings| {
         let mut p = Parser {
             py,
             s,
             b: s.as_bytes(),
             i: 0,
             depth: 0,
-            keys,
+            strings,
             scratch: String::new(),
         };
         let v = p.value()?;
@@ -486,7 +486,7 @@ pub(crate) fn object<'py>(
             (pyo3::intern!(py, "kind"), kind),
         ] {
             if !d.contains(key)? {
-                d.set_item(key, with_keys(|keys| keys.get(py, wanted)))?;
+                d.set_item(key, with_strings(|strings| strings.key(py, wanted)))?;
             }
         }
     }
