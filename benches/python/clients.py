@@ -9,8 +9,10 @@ Per size (5,000 and 50,000 objects of each kind in one namespace, unless told ot
   alike), with the median CPU seconds the benchmark's process spent in it (every thread; the
   API server's CPU is not counted: this is what the client itself costs, whatever the
   server's pace);
-- to_dict: ``to_dict()`` of every item of a list the client made (the list untimed), median
-  of ``--rounds`` rounds, for each client whose list items have one;
+- to_dict and read: ``to_dict()`` of every item of a list the client made (the list untimed),
+  for each client whose list items have one, then one field of every item of the same list
+  read as the client's user writes it (``job.spec.gpus``, ``o["spec"]["gpus"]``; a Job's first
+  container's image), median of ``--rounds`` rounds;
 - get: median of 200 reads of one object by name (the same names for every client);
 - watch: events per second of a watch that starts with every object as ``ADDED``, until the
   last one arrived (median of ``--rounds`` watches).
@@ -174,19 +176,6 @@ def median_time(fn, rounds):
     return statistics.median(times), result
 
 
-def median_time_after(setup, fn, rounds):
-    """Like ``median_time``, with ``setup()`` (untimed) before each round and its result given to
-    ``fn``."""
-    times = []
-    for _ in range(rounds):
-        given = setup()
-        started = time.perf_counter()
-        result = fn(given)
-        times.append(time.perf_counter() - started)
-        del given
-    return statistics.median(times), result
-
-
 class Clients:
     """One of each client under test, made once, with what each needs to name the kinds."""
 
@@ -219,6 +208,7 @@ def list_clients(c, ns):
         "GryviaAIJob": [
             ("gryvia Client.list (typed GryviaAIJob)", lambda: len(g.list("GryviaAIJob", ns))),
             ("gryvia Client.list + to_dict() of every item", lambda: len([j.to_dict() for j in g.list("GryviaAIJob", ns)])),
+            ("gryvia Client.list + spec.gpus of every item", lambda: len([j.spec.gpus for j in g.list("GryviaAIJob", ns)])),
             ("gryvia Client.list(dicts=True)", lambda: len(g.list("GryviaAIJob", ns, dicts=True))),
             ("kubernetes CustomObjectsApi (dicts)", lambda: len(custom.list_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs")["items"])),
             ("lightkube generic resource", lambda: len(list(lk.list(LkAIJob, namespace=ns)))),
@@ -234,25 +224,42 @@ def list_clients(c, ns):
     }
 
 
-def to_dict_clients(c, ns):
-    """Each client's ``to_dict()`` of every item of a list it made (the list itself untimed):
-    (name, list, convert); each convert returns the number of items converted. gryvia's list of
-    a built-in kind holds dicts already, so it has no such row."""
-    batch, lk, LkAIJob, LkJob, g, kr8s, kr = c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr8s, c.kr
+def after_list_clients(c, ns):
+    """What each client does with the items of a list it made (the list itself untimed):
+    (name, list, to_dict, read). ``to_dict`` converts every item (None for a client whose items
+    are plain data already); ``read`` reads one field of every item as that client's user
+    writes it (``spec.gpus``, and a Job's first container's image). Each returns the number of
+    items it went through."""
+    custom, batch, lk, LkAIJob, LkJob, g, kr8s, kr = (
+        c.custom, c.batch, c.lk, c.LkAIJob, c.LkJob, c.g, c.kr8s, c.kr)
 
     def each(items):
         return len([o.to_dict() for o in items])
 
+    def count(values):
+        # Every value is read; the count checks that none was skipped.
+        return sum(1 for v in values if v is not None)
+
     return {
         "GryviaAIJob": [
-            ("gryvia GryviaAIJob.to_dict()", lambda: g.list("GryviaAIJob", ns), each),
-            ("lightkube generic resource .to_dict()", lambda: list(lk.list(LkAIJob, namespace=ns)), each),
-            ("kr8s .to_dict()", lambda: list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr)), each),
+            ("gryvia GryviaAIJob (typed)", lambda: g.list("GryviaAIJob", ns), each,
+             lambda items: count(o.spec.gpus for o in items)),
+            ("kubernetes CustomObjectsApi (dicts)", lambda: custom.list_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs")["items"], None,
+             lambda items: count(o["spec"]["gpus"] for o in items)),
+            ("lightkube generic resource", lambda: list(lk.list(LkAIJob, namespace=ns)), each,
+             lambda items: count(o.spec["gpus"] for o in items)),
+            ("kr8s", lambda: list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr)), each,
+             lambda items: count(o.spec["gpus"] for o in items)),
         ],
         "Job": [
-            ("kubernetes V1Job.to_dict()", lambda: batch.list_namespaced_job(ns).items, each),
-            ("lightkube typed Job .to_dict()", lambda: list(lk.list(LkJob, namespace=ns)), each),
-            ("kr8s .to_dict()", lambda: list(kr8s.get("jobs", namespace=ns, api=kr)), each),
+            ("gryvia (dicts)", lambda: g.list("Job", ns, api_version="batch/v1"), None,
+             lambda items: count(o["spec"]["template"]["spec"]["containers"][0]["image"] for o in items)),
+            ("kubernetes V1Job (typed)", lambda: batch.list_namespaced_job(ns).items, each,
+             lambda items: count(o.spec.template.spec.containers[0].image for o in items)),
+            ("lightkube typed Job", lambda: list(lk.list(LkJob, namespace=ns)), each,
+             lambda items: count(o.spec.template.spec.containers[0].image for o in items)),
+            ("kr8s", lambda: list(kr8s.get("jobs", namespace=ns, api=kr)), each,
+             lambda items: count(o.spec["template"]["spec"]["containers"][0]["image"] for o in items)),
         ],
     }
 
@@ -365,12 +372,29 @@ def bench(n, rounds, slow_rounds):
             else:
                 note = f"{t / floor:.2f}x floor, CPU {cpu:.3f} s" + ("" if r == rounds else f", {r} round(s)")
             rows.append((f"list {kind}", name, t, note))
-    for kind, clients in to_dict_clients(c, ns).items():
-        for name, make, convert in clients:
+    for kind, clients in after_list_clients(c, ns).items():
+        after = {"to_dict": [], "read": []}
+        for name, make, convert, read in clients:
             r = slow_rounds if name.startswith("kr8s") else rounds
-            t, count = median_time_after(make, convert, r)
-            assert count == n, (name, count)
-            rows.append((f"to_dict {kind}", name, t, f"{t / n * 1e6:.1f} us per item" + ("" if r == rounds else f", {r} round(s)")))
+            took = {"to_dict": [], "read": []}
+            for _ in range(r):
+                items = make()
+                # to_dict() first: it leaves a gryvia item unread, so the read after it is an
+                # item's first read, as after a list.
+                for op, fn in (("to_dict", convert), ("read", read)):
+                    if fn is None:
+                        continue
+                    started = time.perf_counter()
+                    done = fn(items)
+                    took[op].append(time.perf_counter() - started)
+                    assert done == n, (name, op, done)
+                del items
+            rounds_note = "" if r == rounds else f", {r} round(s)"
+            for op, times in took.items():
+                if times:
+                    t = statistics.median(times)
+                    after[op].append((f"{op} {kind}", name, t, f"{t / n * 1e6:.2f} us per item{rounds_note}"))
+        rows += after["to_dict"] + after["read"]
     names = [f"bench-{i:06d}" for i in random.Random(7).sample(range(n), 200)]
     for kind, clients in get_clients(c, ns).items():
         plural = paths[kind]

@@ -5,7 +5,7 @@
 //! `gryvia_client::ops::jobs` (submit and wait), running on one shared tokio runtime. The sync
 //! client waits with the GIL released and answers Ctrl-C; the async client hands out asyncio
 //! awaitables (pyo3-async-runtimes). Gryvia objects come back as objects of their kind's class
-//! (a list's items kept as the server's JSON and parsed when first read); objects of other
+//! (kept as the server's JSON, each field read from it when asked for); objects of other
 //! kinds as plain dicts (a list's built straight from the body, `pyjson`).
 
 use std::collections::VecDeque;

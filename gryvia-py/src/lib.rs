@@ -10,6 +10,8 @@ mod client;
 mod kind_classes;
 mod list_dicts;
 mod pyjson;
+mod rawjson;
+mod view;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -23,6 +25,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
 use serde_json::Value;
 
 use crate::list_dicts::ListDicts;
+use crate::view::Object;
 
 create_exception!(
     _gryvia,
@@ -87,6 +90,9 @@ pub(crate) fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
     }
     if let Ok(r) = obj.extract::<PyRef<'_, Resource>>() {
         return Ok(r.value().clone());
+    }
+    if let Ok(o) = obj.extract::<PyRef<'_, Object>>() {
+        return Ok(o.value()?.into_owned());
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut map = serde_json::Map::new();
@@ -187,11 +193,13 @@ fn normalize(value: &Value) -> PyResult<Value> {
 /// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
 #[pyclass(module = "gryvia._gryvia", frozen, subclass)]
 pub struct Resource {
-    /// The object as the server sent it (in a list), parsed on its first read: a list of
-    /// thousands costs a scan of the body, not a decode of every field.
+    /// The object as the server sent it (a list's item, a get's or a watch's), kept as its
+    /// JSON: a list of thousands costs a scan of the body, not a decode of every field. Fields
+    /// are read from the text (`view`); it is parsed whole only when the whole is needed
+    /// (equality, YAML, JSON).
     raw: Option<Raw>,
-    /// The object, parsed (or given).
-    value: OnceLock<Value>,
+    /// The object, parsed (or given), shared with the views of its nested objects.
+    value: OnceLock<Arc<Value>>,
 }
 
 /// One object's JSON as the server sent it, and its kind (which a list's items may leave out).
@@ -207,7 +215,7 @@ impl Resource {
     pub(crate) fn new(value: Value) -> Self {
         Resource {
             raw: None,
-            value: OnceLock::from(value),
+            value: OnceLock::from(Arc::new(value)),
         }
     }
 
@@ -225,9 +233,37 @@ impl Resource {
 
     /// The object (parsed on first use).
     pub(crate) fn value(&self) -> &Value {
+        self.root()
+    }
+
+    /// A view of the whole object: of the server's JSON while it was never parsed.
+    fn top(&self) -> Object {
+        match (&self.raw, self.value.get()) {
+            (Some(raw), None) => Object::raw(raw.json.clone()),
+            _ => Object::parsed(self.root().clone()),
+        }
+    }
+
+    /// `metadata.<key>`, a string, read from the server's JSON while it was never parsed.
+    fn metadata_str(&self, key: &str) -> Option<String> {
+        if let (Some(raw), None) = (&self.raw, self.value.get()) {
+            let json = &*raw.json;
+            let meta = rawjson::member(json, &rawjson::whole(json), "metadata").ok()??;
+            let at = rawjson::member(json, &meta, key).ok()??;
+            return serde_json::from_str(&json[at]).ok();
+        }
+        self.value()
+            .get("metadata")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    /// The object, parsed on first use, as the views of its nested objects share it.
+    fn root(&self) -> &Arc<Value> {
         self.value.get_or_init(|| {
             let Some(raw) = &self.raw else {
-                return Value::Null;
+                return Arc::new(Value::Null);
             };
             // The JSON was scanned as one value of the list already: it parses.
             let mut v: Value = serde_json::from_str(&raw.json).unwrap_or(Value::Null);
@@ -236,55 +272,8 @@ impl Resource {
                     .or_insert_with(|| gryvia_types::API_VERSION.into());
                 m.entry("kind").or_insert_with(|| raw.kind.into());
             }
-            v
+            Arc::new(v)
         })
-    }
-}
-
-/// A read-only view of a nested object of a resource, with attribute access.
-#[pyclass(module = "gryvia._gryvia", frozen)]
-pub struct Object {
-    value: Value,
-    path: String,
-}
-
-fn wrap(py: Python<'_>, v: &Value, path: String) -> PyResult<Py<PyAny>> {
-    match v {
-        Value::Object(_) => Ok(Py::new(
-            py,
-            Object {
-                value: v.clone(),
-                path,
-            },
-        )?
-        .into_any()),
-        Value::Array(items) => {
-            let list = PyList::empty(py);
-            for (i, item) in items.iter().enumerate() {
-                list.append(wrap(py, item, format!("{path}[{i}]"))?)?;
-            }
-            Ok(list.into_any().unbind())
-        }
-        other => to_py(py, other),
-    }
-}
-
-fn attr(py: Python<'_>, value: &Value, path: &str, name: &str) -> PyResult<Py<PyAny>> {
-    let key = if value.get(name).is_some() {
-        name.to_owned()
-    } else {
-        camel(name)
-    };
-    let child = if path.is_empty() {
-        key.clone()
-    } else {
-        format!("{path}.{key}")
-    };
-    match value.get(&key) {
-        Some(v) => wrap(py, v, child),
-        None => Err(pyo3::exceptions::PyAttributeError::new_err(format!(
-            "{child} is not set"
-        ))),
     }
 }
 
@@ -346,29 +335,56 @@ impl Resource {
     /// `kind`.
     #[getter]
     fn kind(&self) -> String {
-        self.value()["kind"].as_str().unwrap_or_default().to_owned()
+        match &self.raw {
+            Some(raw) => raw.kind.to_owned(),
+            None => self.value()["kind"].as_str().unwrap_or_default().to_owned(),
+        }
     }
 
     /// `metadata.name`.
     #[getter]
     fn name(&self) -> Option<String> {
-        self.value()
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        self.metadata_str("name")
     }
 
     /// `metadata.namespace`.
     #[getter]
     fn namespace(&self) -> Option<String> {
-        self.value()
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        self.metadata_str("namespace")
+    }
+
+    /// `metadata`.
+    #[getter]
+    fn metadata(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.top().attr(py, "metadata")
+    }
+
+    /// `spec`.
+    #[getter]
+    fn spec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.top().attr(py, "spec")
+    }
+
+    /// `status`.
+    #[getter]
+    fn status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.top().attr(py, "status")
     }
 
     fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        attr(py, self.value(), "", name)
+        let top = self.top();
+        if let Some(v) = top.field(py, name)? {
+            return Ok(v);
+        }
+        // A list's items may leave out what every object of the kind has.
+        match (&self.raw, name) {
+            (Some(_), "apiVersion" | "api_version") => {
+                Ok(PyString::new(py, gryvia_types::API_VERSION)
+                    .into_any()
+                    .unbind())
+            }
+            _ => Err(top.not_set(name)),
+        }
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -387,40 +403,6 @@ impl Resource {
                 _ => "<unnamed>".to_owned(),
             }
         )
-    }
-}
-
-#[pymethods]
-impl Object {
-    fn __getattr__(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
-        attr(py, &self.value, &self.path, name)
-    }
-
-    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
-        match self.value.get(key) {
-            Some(v) => wrap(py, v, format!("{}.{key}", self.path)),
-            None => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
-        }
-    }
-
-    fn __contains__(&self, key: &str) -> bool {
-        self.value.get(key).is_some()
-    }
-
-    /// The nested object as plain Python data.
-    fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        to_py(py, &self.value)
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        match other.extract::<PyRef<'_, Object>>() {
-            Ok(o) => o.value == self.value,
-            Err(_) => to_json(other).is_ok_and(|v| v == self.value),
-        }
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Object({}: {})", self.path, self.value)
     }
 }
 

@@ -78,6 +78,24 @@ def test_a_missing_attribute_says_which_field():
     assert "spec.gpuType is not set" in str(e.value)
 
 
+def test_nested_views_read_the_objects_fields_and_name_where_they_are():
+    j = gryvia.Resource(job(gpus=2, env=[{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]))
+    spec = j.spec
+    assert spec.env[1].value == "2" and spec.env[1]["name"] == "B"
+    assert "env" in spec and "gpuType" not in spec
+    assert spec.env[1].to_dict() == {"name": "B", "value": "2"}
+    assert repr(spec.env[1]) == 'Object(spec.env[1]: {"name":"B","value":"2"})'
+    with pytest.raises(AttributeError) as e:
+        _ = spec.env[1].value_from
+    assert "spec.env[1].valueFrom is not set" in str(e.value)
+    with pytest.raises(AttributeError):
+        _ = spec.__no_such_dunder__
+    assert type(spec).__name__ == "Object" and callable(spec.to_dict)
+    # A view stands for its data wherever the SDK takes a dict.
+    again = gryvia.GryviaAIJob({"metadata": {"name": "again", "namespace": "team-a"}, "spec": spec})
+    assert again.spec == spec and again.spec.env[0].name == "A"
+
+
 def test_the_guide_examples_load():
     for name in ["tenant", "healthcheck", "template", "budget", "reservation"]:
         objs = gryvia.load_all((GUIDE / f"{name}.yaml").read_text())

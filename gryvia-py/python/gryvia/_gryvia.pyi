@@ -21,7 +21,8 @@ class ConflictError(ApiError):
 
 class Object:
     """A read-only view of a nested object of a resource, with attribute access
-    (``snake_case`` names find ``camelCase`` fields). For type checkers each nested object of
+    (``snake_case`` names find ``camelCase`` fields). It shares the resource's data: reading
+    ``job.spec.gpus`` copies nothing; ``to_dict()`` makes plain data of it. For type checkers each nested object of
     a kind is a class of ``gryvia.objects`` naming its fields; a field the schema does not
     declare is read as ``obj["field"]``."""
 
@@ -59,6 +60,15 @@ class Resource:
     @property
     def namespace(self) -> Optional[str]:
         """``metadata.namespace``."""
+    @property
+    def metadata(self) -> Any:
+        """``metadata`` (an ``Object``)."""
+    @property
+    def spec(self) -> Any:
+        """``spec`` (an ``Object``); raises ``AttributeError`` when the kind has none."""
+    @property
+    def status(self) -> Any:
+        """``status`` (an ``Object``); raises ``AttributeError`` while it is unset."""
     def __getattr__(self, name: str) -> Any: ...
 
 def validate(data: Mapping[str, Any]) -> None:
@@ -159,7 +169,7 @@ def decode_list(data: Union[bytes, str]) -> List[Resource]:
     into objects of their kind's class, each through its typed Rust struct (strict: raises
     ``ValidationError`` naming the item and field that do not fit). ``Client.list`` does not
     decode: it keeps each item as the server sent it (checked by the API server against the
-    same schemas) and parses it when first read."""
+    same schemas) and reads each field from that text when it is asked for."""
 
 def reconcile_health_check(
     check: Any,
