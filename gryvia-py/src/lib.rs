@@ -244,19 +244,15 @@ impl Resource {
         }
     }
 
-    /// `metadata.<key>`, a string, read from the server's JSON while it was never parsed.
-    fn metadata_str(&self, key: &str) -> Option<String> {
-        if let (Some(raw), None) = (&self.raw, self.value.get()) {
-            let json = &*raw.json;
-            let meta = rawjson::member(json, &rawjson::whole(json), "metadata").ok()??;
-            let at = rawjson::member(json, &meta, key).ok()??;
-            return serde_json::from_str(&json[at]).ok();
-        }
-        self.value()
-            .get("metadata")
-            .and_then(|m| m.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+    /// `metadata.<key>` when it is a string, read as every field is (`top`).
+    fn metadata_str(&self, key: &str) -> PyResult<Option<String>> {
+        let Some(meta) = self.top().locate("metadata")? else {
+            return Ok(None);
+        };
+        let Some(at) = meta.locate(key)? else {
+            return Ok(None);
+        };
+        Ok(at.value()?.as_str().map(str::to_owned))
     }
 
     /// The object, parsed on first use, as the views of its nested objects share it.
@@ -343,13 +339,13 @@ impl Resource {
 
     /// `metadata.name`.
     #[getter]
-    fn name(&self) -> Option<String> {
+    fn name(&self) -> PyResult<Option<String>> {
         self.metadata_str("name")
     }
 
     /// `metadata.namespace`.
     #[getter]
-    fn namespace(&self) -> Option<String> {
+    fn namespace(&self) -> PyResult<Option<String>> {
         self.metadata_str("namespace")
     }
 
@@ -393,16 +389,16 @@ impl Resource {
             .is_ok_and(|o| o.value() == self.value())
     }
 
-    fn __repr__(&self) -> String {
-        format!(
+    fn __repr__(&self) -> PyResult<String> {
+        Ok(format!(
             "Resource({} {})",
             self.kind(),
-            match (self.namespace(), self.name()) {
+            match (self.namespace()?, self.name()?) {
                 (Some(ns), Some(n)) => format!("{ns}/{n}"),
                 (None, Some(n)) => n,
                 _ => "<unnamed>".to_owned(),
             }
-        )
+        ))
     }
 }
 
