@@ -246,7 +246,12 @@ def rust(kinds: list[tuple[str, dict]]) -> str:
 
 GET = """    @overload
     def get(
-        self, kind: Literal["{k}"], name: str, namespace: Optional[str] = None, api_version: Optional[str] = None
+        self,
+        kind: Literal["{k}"],
+        name: str,
+        namespace: Optional[str] = None,
+        api_version: Optional[str] = None,
+        dicts: Optional[Literal[False]] = None,
     ) -> {ret}[_k.{k}]: ...
 """
 LIST = """    @overload
@@ -256,7 +261,7 @@ LIST = """    @overload
         namespace: Optional[str] = None,
         label_selector: Optional[str] = None,
         api_version: Optional[str] = None,
-        dicts: Literal[False] = False,
+        dicts: Optional[Literal[False]] = None,
     ) -> {ret}[List[_k.{k}]]: ...
 """
 

@@ -221,6 +221,9 @@ def list_clients(c, ns):
         ],
         "Job": [
             ("gryvia Client.list (dicts)", lambda: g.list("Job", ns, api_version="batch/v1")),
+            ("gryvia Client.list(dicts=False) (objects)", lambda: g.list("Job", ns, api_version="batch/v1", dicts=False)),
+            ("gryvia Client.list(dicts=False) + first image of every item", lambda: [
+                j.spec.template.spec.containers[0].image for j in g.list("Job", ns, api_version="batch/v1", dicts=False)]),
             ("kubernetes BatchV1Api (typed V1Job)", lambda: batch.list_namespaced_job(ns).items),
             ("kubernetes BatchV1Api (dicts, _preload_content=False + json.loads)", lambda: json.loads(batch.list_namespaced_job(ns, _preload_content=False).data)["items"]),
             ("lightkube typed Job", lambda: list(lk.list(LkJob, namespace=ns))),
@@ -259,6 +262,8 @@ def after_list_clients(c, ns):
         "Job": [
             ("gryvia (dicts)", lambda: g.list("Job", ns, api_version="batch/v1"), None,
              lambda items: count(o["spec"]["template"]["spec"]["containers"][0]["image"] for o in items)),
+            ("gryvia (dicts=False)", lambda: g.list("Job", ns, api_version="batch/v1", dicts=False), each,
+             lambda items: count(o.spec.template.spec.containers[0].image for o in items)),
             ("kubernetes V1Job (typed)", lambda: batch.list_namespaced_job(ns).items, each,
              lambda items: count(o.spec.template.spec.containers[0].image for o in items)),
             ("lightkube typed Job", lambda: list(lk.list(LkJob, namespace=ns)), each,
@@ -281,6 +286,7 @@ def get_clients(c, ns):
         ],
         "Job": [
             ("gryvia Client.get (dict)", lambda n: g.get("Job", n, ns, api_version="batch/v1")),
+            ("gryvia Client.get(dicts=False)", lambda n: g.get("Job", n, ns, api_version="batch/v1", dicts=False)),
             ("kubernetes BatchV1Api (typed V1Job)", lambda n: batch.read_namespaced_job(n, ns)),
             ("lightkube typed Job", lambda n: lk.get(LkJob, n, namespace=ns)),
             ("kr8s", lambda n: KrJob.get(n, namespace=ns, api=kr)),
@@ -319,6 +325,7 @@ def watch_clients(c, ns, n):
         ],
         "Job": [
             ("gryvia Client.watch (dicts)", lambda: count(g.watch("Job", ns, api_version="batch/v1", timeout=600), lambda e: e.type)),
+            ("gryvia Client.watch(dicts=False)", lambda: count(g.watch("Job", ns, api_version="batch/v1", timeout=600, dicts=False), lambda e: e.type)),
             ("kubernetes Watch + BatchV1Api (typed V1Job)", lambda: official(batch.list_namespaced_job, ns)),
             ("lightkube typed Job", lambda: count(lk.watch(LkJob, namespace=ns), lambda e: e[0])),
             ("kr8s", lambda: count(kr8s.watch("jobs", namespace=ns, api=kr), lambda e: e[0])),

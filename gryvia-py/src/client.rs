@@ -5,8 +5,9 @@
 //! `gryvia_client::ops::jobs` (submit and wait), running on one shared tokio runtime. The sync
 //! client waits with the GIL released and answers Ctrl-C; the async client hands out asyncio
 //! awaitables (pyo3-async-runtimes). Gryvia objects come back as objects of their kind's class
-//! (kept as the server's JSON, each field read from it when asked for); objects of other
-//! kinds as plain dicts (a list's built straight from the body, `pyjson`).
+//! (a list's and a watch's kept as the server's JSON, each field read from it when asked for);
+//! objects of other kinds as plain dicts (a list's built straight from the body, `pyjson`), or
+//! with `dicts=False` as `Resource`s kept as the server's JSON like Gryvia objects.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -20,7 +21,10 @@ use pyo3::types::PyList;
 use serde_json::Value;
 
 use crate::list_dicts::ListDicts;
-use crate::{ApiError, ConflictError, GryviaError, NotFoundError, ValidationError, to_json, to_py};
+use crate::{
+    ApiError, ConflictError, GryviaError, NotFoundError, Resource, TypeMeta, ValidationError,
+    to_json, to_py,
+};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
@@ -79,14 +83,15 @@ fn py_err(e: gryvia_client::Error) -> PyErr {
     }
 }
 
-/// An object the server returned, as Python data: an object of its kind's class for Gryvia
-/// kinds (as the server has it: the API server checked it against the same schemas), a dict
-/// otherwise.
-fn output(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
-    if crate::is_gryvia(&value) {
-        crate::kind_classes::typed_object(py, value)
-    } else {
-        to_py(py, &value)
+/// An object the server returned, as Python data: with `dicts` unset, an object of its kind's
+/// class for Gryvia kinds (as the server has it: the API server checked it against the same
+/// schemas) and a dict otherwise; a dict with `dicts=True`, an object (`Resource` for other
+/// kinds) with `False`.
+fn output(py: Python<'_>, value: Value, dicts: Option<bool>) -> PyResult<Py<PyAny>> {
+    match (dicts, crate::is_gryvia(&value)) {
+        (Some(true), _) | (None, false) => to_py(py, &value),
+        (_, true) => crate::kind_classes::typed_object(py, value),
+        (Some(false), false) => Ok(Py::new(py, Resource::new(value))?.into_any()),
     }
 }
 
@@ -155,13 +160,14 @@ async fn op_get(
     kind: String,
     namespace: Option<String>,
     name: String,
+    dicts: Option<bool>,
 ) -> PyResult<Py<PyAny>> {
     let v = s
         .resources
         .get(&api_version, &kind, namespace.as_deref(), &name)
         .await
         .map_err(py_err)?;
-    Python::attach(|py| output(py, v))
+    Python::attach(|py| output(py, v, dicts))
 }
 
 async fn op_list(
@@ -170,7 +176,7 @@ async fn op_list(
     kind: String,
     namespace: Option<String>,
     label_selector: Option<String>,
-    dicts: bool,
+    dicts: Option<bool>,
 ) -> PyResult<Py<PyAny>> {
     let (ns, sel) = (namespace.as_deref(), label_selector.as_deref());
     let (k, mut parts) = s
@@ -178,11 +184,7 @@ async fn op_list(
         .list_stream(&api_version, &kind, ns, sel)
         .await
         .map_err(py_err)?;
-    let decode = if dicts {
-        Decode::dict(&k.resource.api_version, &k.resource.kind)
-    } else {
-        Decode::of(&k.resource.api_version, &k.resource.kind)?
-    };
+    let decode = Decode::of(&k.resource.api_version, &k.resource.kind, dicts)?;
     let out = Python::attach(|py| PyList::empty(py).unbind());
     let list = decode.list();
     let mut whole = false;
@@ -218,37 +220,49 @@ async fn op_list(
 
 /// How the objects of a list or watch become Python objects.
 #[derive(Clone)]
-enum Decode {
-    /// A Gryvia kind: an object of its kind's class, kept as the server's JSON until read.
-    Gryvia(crate::kind_classes::Unparsed, &'static str),
-    /// Another kind: a dict, with `apiVersion` and `kind` filled in where the server left
-    /// them out (items of a list of a built-in kind).
-    Dict { api_version: String, kind: String },
+struct Decode {
+    /// Their `apiVersion` and `kind`, which a list's items may leave out.
+    meta: Arc<TypeMeta>,
+    form: Form,
+}
+
+#[derive(Clone, Copy)]
+enum Form {
+    /// An object of its Gryvia kind's class, kept as the server's JSON until read.
+    Class(crate::kind_classes::Unparsed),
+    /// A `Resource` (an object of another kind, asked for with `dicts=False`), kept as the
+    /// server's JSON until read.
+    Object,
+    /// A dict, with `apiVersion` and `kind` filled in where the server left them out.
+    Dict,
 }
 
 impl Decode {
-    fn dict(api_version: &str, kind: &str) -> Decode {
-        Decode::Dict {
-            api_version: api_version.to_owned(),
-            kind: kind.to_owned(),
-        }
+    /// How objects of `kind` are decoded: with `dicts` unset, objects of their class for a
+    /// Gryvia kind and dicts for others; as dicts with `dicts=True`, as objects with `False`.
+    fn of(api_version: &str, kind: &str, dicts: Option<bool>) -> PyResult<Decode> {
+        let gryvia = api_version == gryvia_types::API_VERSION;
+        let form = match (dicts, gryvia) {
+            (Some(true), _) | (None, false) => Form::Dict,
+            (Some(false), false) => Form::Object,
+            (_, true) => crate::kind_classes::unparsed(kind)
+                .map(Form::Class)
+                .ok_or_else(|| {
+                    GryviaError::new_err(format!("kind: {kind:?} is not a Gryvia kind"))
+                })?,
+        };
+        Ok(Decode {
+            meta: TypeMeta::new(api_version, kind),
+            form,
+        })
     }
 
-    fn of(api_version: &str, kind: &str) -> PyResult<Decode> {
-        if api_version != gryvia_types::API_VERSION {
-            return Ok(Decode::dict(api_version, kind));
-        }
-        crate::kind_classes::unparsed(kind)
-            .map(|(make, kind)| Decode::Gryvia(make, kind))
-            .ok_or_else(|| GryviaError::new_err(format!("kind: {kind:?} is not a Gryvia kind")))
-    }
-
-    /// Where a list's items of a Gryvia kind take their places (for `to_dict()` a batch at a
-    /// time); none for other kinds, whose items are dicts already.
+    /// Where a list's items kept as objects take their places (for `to_dict()` a batch at a
+    /// time); none for dicts.
     fn list(&self) -> Option<Arc<ListDicts>> {
-        match self {
-            Decode::Gryvia(_, kind) => Some(ListDicts::new(kind)),
-            Decode::Dict { .. } => None,
+        match self.form {
+            Form::Class(_) | Form::Object => Some(ListDicts::new(self.meta.clone())),
+            Form::Dict => None,
         }
     }
 
@@ -259,20 +273,17 @@ impl Decode {
         json: &str,
         list: Option<&Arc<ListDicts>>,
     ) -> PyResult<Py<PyAny>> {
-        match self {
-            Decode::Gryvia(make, _) => make(py, json, list),
-            Decode::Dict { api_version, kind } => {
-                crate::pyjson::object(py, json.as_bytes(), api_version, kind)
-                    .map(Bound::unbind)
-                    .map_err(|e| GryviaError::new_err(format!("decode a {kind}: {e}")))
-            }
+        match self.form {
+            Form::Class(make) => make(py, json, &self.meta, list),
+            Form::Object => Ok(Py::new(py, Resource::unparsed(json, &self.meta, list))?.into_any()),
+            Form::Dict => crate::pyjson::object_dict(py, json, &self.meta),
         }
     }
 }
 
 async fn op_create(s: Shared, obj: Value) -> PyResult<Py<PyAny>> {
     let v = s.resources.create(&obj).await.map_err(py_err)?;
-    Python::attach(|py| output(py, v))
+    Python::attach(|py| output(py, v, None))
 }
 
 async fn op_apply(
@@ -287,7 +298,7 @@ async fn op_apply(
         .apply(&obj, &manager, force)
         .await
         .map_err(py_err)?;
-    Python::attach(|py| output(py, v))
+    Python::attach(|py| output(py, v, None))
 }
 
 async fn op_delete(
@@ -315,7 +326,7 @@ async fn op_wait_job(
             .await
             .map_err(py_err)?;
     let v = serde_json::to_value(&job).map_err(|e| GryviaError::new_err(e.to_string()))?;
-    Python::attach(|py| output(py, v))
+    Python::attach(|py| output(py, v, None))
 }
 
 async fn op_submit(s: Shared, job: Value, wait: bool, timeout: Duration) -> PyResult<Py<PyAny>> {
@@ -337,7 +348,7 @@ async fn op_submit(s: Shared, job: Value, wait: bool, timeout: Duration) -> PyRe
         .await;
     }
     let v = serde_json::to_value(&created).map_err(|e| GryviaError::new_err(e.to_string()))?;
-    Python::attach(|py| output(py, v))
+    Python::attach(|py| output(py, v, None))
 }
 
 async fn op_install_crds(s: Shared, timeout: Duration) -> PyResult<Vec<String>> {
@@ -362,7 +373,8 @@ pub struct WatchEvent {
     /// `ADDED`, `MODIFIED` or `DELETED`.
     #[pyo3(get, name = "type")]
     kind: &'static str,
-    /// The object (a `Resource` for Gryvia kinds, a dict otherwise).
+    /// The object (of its class for Gryvia kinds, a dict otherwise; as the watch's `dicts`
+    /// asks).
     #[pyo3(get)]
     object: Py<PyAny>,
 }
@@ -390,6 +402,8 @@ pub struct Watch {
     namespace: Option<String>,
     label_selector: Option<String>,
     deadline: Option<tokio::time::Instant>,
+    /// How its objects come: as `Client.list`'s `dicts`.
+    dicts: Option<bool>,
     /// The watch (its task reads ahead), once started, and how its objects are decoded.
     stream: Arc<tokio::sync::Mutex<Option<(RawWatch, Decode)>>>,
     /// Events that arrived with the last one handed out, not yet asked for.
@@ -437,7 +451,7 @@ impl Watch {
         let shared = self.shared.clone();
         let (api_version, kind) = (self.api_version.clone(), self.kind.clone());
         let (namespace, selector) = (self.namespace.clone(), self.label_selector.clone());
-        let deadline = self.deadline;
+        let (deadline, dicts) = (self.deadline, self.dicts);
         let stream = self.stream.clone();
         async move {
             let mut guard = stream.lock().await;
@@ -452,7 +466,7 @@ impl Watch {
                     )
                     .await
                     .map_err(py_err)?;
-                *guard = Some((w, Decode::of(&api_version, &kind)?));
+                *guard = Some((w, Decode::of(&api_version, &kind, dicts)?));
             }
             let Some((w, decode)) = guard.as_mut() else {
                 return Ok(None);
@@ -534,6 +548,7 @@ fn make_watch(
     label_selector: Option<String>,
     api_version: Option<&str>,
     timeout: Option<f64>,
+    dicts: Option<bool>,
 ) -> PyResult<Watch> {
     let deadline = match timeout {
         Some(t) => Some(tokio::time::Instant::now() + seconds("timeout", t)?),
@@ -546,6 +561,7 @@ fn make_watch(
         namespace,
         label_selector,
         deadline,
+        dicts,
         stream: Arc::new(tokio::sync::Mutex::new(None)),
         ready: Arc::default(),
     })
@@ -582,8 +598,10 @@ impl Client {
         self.shared.resources.default_namespace().to_owned()
     }
 
-    /// Reads one object; raises `NotFoundError` when it does not exist.
-    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    /// Reads one object; raises `NotFoundError` when it does not exist. With `dicts=True` it
+    /// comes as a dict, with `dicts=False` as an object (`Resource` for kinds not Gryvia's);
+    /// unset, as an object for Gryvia kinds and a dict for others.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None, dicts=None))]
     fn get(
         &self,
         py: Python<'_>,
@@ -591,6 +609,7 @@ impl Client {
         name: &str,
         namespace: Option<String>,
         api_version: Option<&str>,
+        dicts: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let av = api_version_of(kind, api_version)?;
         block(
@@ -601,13 +620,16 @@ impl Client {
                 kind.to_owned(),
                 namespace,
                 name.to_owned(),
+                dicts,
             ),
         )
     }
 
-    /// Lists objects in `namespace`, or in every namespace without one; with `dicts`, the
-    /// objects of a Gryvia kind come as dicts too.
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=false))]
+    /// Lists objects in `namespace`, or in every namespace without one. With `dicts=True` they
+    /// come as dicts, with `dicts=False` as objects (`Resource` for kinds not Gryvia's, each
+    /// kept as the server's JSON until read); unset, as objects for Gryvia kinds and dicts for
+    /// others.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=None))]
     fn list(
         &self,
         py: Python<'_>,
@@ -615,7 +637,7 @@ impl Client {
         namespace: Option<String>,
         label_selector: Option<String>,
         api_version: Option<&str>,
-        dicts: bool,
+        dicts: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let av = api_version_of(kind, api_version)?;
         block(
@@ -676,8 +698,9 @@ impl Client {
         )
     }
 
-    /// Watches a kind: an iterator of `WatchEvent`s (ends after `timeout` seconds if given).
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None))]
+    /// Watches a kind: an iterator of `WatchEvent`s (ends after `timeout` seconds if given);
+    /// their objects come as `list`'s, by `dicts`.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None, dicts=None))]
     fn watch(
         &self,
         kind: &str,
@@ -685,6 +708,7 @@ impl Client {
         label_selector: Option<String>,
         api_version: Option<&str>,
         timeout: Option<f64>,
+        dicts: Option<bool>,
     ) -> PyResult<Watch> {
         make_watch(
             &self.shared,
@@ -693,6 +717,7 @@ impl Client {
             label_selector,
             api_version,
             timeout,
+            dicts,
         )
     }
 
@@ -764,8 +789,10 @@ impl AsyncClient {
         self.shared.resources.default_namespace().to_owned()
     }
 
-    /// Reads one object; raises `NotFoundError` when it does not exist.
-    #[pyo3(signature = (kind, name, namespace=None, api_version=None))]
+    /// Reads one object; raises `NotFoundError` when it does not exist. With `dicts=True` it
+    /// comes as a dict, with `dicts=False` as an object (`Resource` for kinds not Gryvia's);
+    /// unset, as an object for Gryvia kinds and a dict for others.
+    #[pyo3(signature = (kind, name, namespace=None, api_version=None, dicts=None))]
     fn get<'py>(
         &self,
         py: Python<'py>,
@@ -773,6 +800,7 @@ impl AsyncClient {
         name: &str,
         namespace: Option<String>,
         api_version: Option<&str>,
+        dicts: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let av = api_version_of(kind, api_version)?;
         pyo3_async_runtimes::tokio::future_into_py(
@@ -783,13 +811,16 @@ impl AsyncClient {
                 kind.to_owned(),
                 namespace,
                 name.to_owned(),
+                dicts,
             ),
         )
     }
 
-    /// Lists objects in `namespace`, or in every namespace without one; with `dicts`, the
-    /// objects of a Gryvia kind come as dicts too.
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=false))]
+    /// Lists objects in `namespace`, or in every namespace without one. With `dicts=True` they
+    /// come as dicts, with `dicts=False` as objects (`Resource` for kinds not Gryvia's, each
+    /// kept as the server's JSON until read); unset, as objects for Gryvia kinds and dicts for
+    /// others.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, dicts=None))]
     fn list<'py>(
         &self,
         py: Python<'py>,
@@ -797,7 +828,7 @@ impl AsyncClient {
         namespace: Option<String>,
         label_selector: Option<String>,
         api_version: Option<&str>,
-        dicts: bool,
+        dicts: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let av = api_version_of(kind, api_version)?;
         pyo3_async_runtimes::tokio::future_into_py(
@@ -859,8 +890,8 @@ impl AsyncClient {
     }
 
     /// Watches a kind: an async iterator of `WatchEvent`s (ends after `timeout` seconds if
-    /// given).
-    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None))]
+    /// given); their objects come as `list`'s, by `dicts`.
+    #[pyo3(signature = (kind, namespace=None, label_selector=None, api_version=None, timeout=None, dicts=None))]
     fn watch(
         &self,
         kind: &str,
@@ -868,6 +899,7 @@ impl AsyncClient {
         label_selector: Option<String>,
         api_version: Option<&str>,
         timeout: Option<f64>,
+        dicts: Option<bool>,
     ) -> PyResult<Watch> {
         make_watch(
             &self.shared,
@@ -876,6 +908,7 @@ impl AsyncClient {
             label_selector,
             api_version,
             timeout,
+            dicts,
         )
     }
 

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use serde_json::Value;
 
 use crate::list_dicts::ListDicts;
-use crate::{Resource, ValidationError, normalize, to_json};
+use crate::{Resource, TypeMeta, ValidationError, normalize, to_json};
 
 /// `data` as an object of `kind`: `apiVersion` and `kind` filled in when left out, refused
 /// (naming the field) when they name something else.
@@ -38,9 +38,10 @@ fn of_kind(kind: &str, data: &Bound<'_, PyAny>) -> PyResult<Value> {
     normalize(&value)
 }
 
-/// Makes an object of one Gryvia kind's class from the server's JSON of it, kept unparsed, as
-/// the next item of a list when one is given.
-pub(crate) type Unparsed = fn(Python<'_>, &str, Option<&Arc<ListDicts>>) -> PyResult<Py<PyAny>>;
+/// Makes an object of one Gryvia kind's class from the server's JSON of it (its `apiVersion`
+/// and `kind` are `meta`), kept unparsed, as the next item of a list when one is given.
+pub(crate) type Unparsed =
+    fn(Python<'_>, &str, &Arc<TypeMeta>, Option<&Arc<ListDicts>>) -> PyResult<Py<PyAny>>;
 
 macro_rules! kind_classes {
     ($($kind:ident),* $(,)?) => {
@@ -73,20 +74,20 @@ macro_rules! kind_classes {
             }
         }
 
-        /// How an object of `kind` is made from the server's JSON (kept as it is until read),
-        /// and the kind's name: `None` for a kind that is not Gryvia's.
-        pub(crate) fn unparsed(kind: &str) -> Option<(Unparsed, &'static str)> {
+        /// How an object of `kind` is made from the server's JSON (kept as it is until read):
+        /// `None` for a kind that is not Gryvia's.
+        pub(crate) fn unparsed(kind: &str) -> Option<Unparsed> {
             match kind {
                 $(stringify!($kind) => {
-                    let make: Unparsed = |py, json, list| {
+                    let make: Unparsed = |py, json, meta, list| {
                         Ok(Py::new(
                             py,
-                            PyClassInitializer::from(Resource::unparsed(json, stringify!($kind), list))
+                            PyClassInitializer::from(Resource::unparsed(json, meta, list))
                                 .add_subclass($kind),
                         )?
                         .into_any())
                     };
-                    Some((make, stringify!($kind)))
+                    Some(make)
                 })*
                 _ => None,
             }

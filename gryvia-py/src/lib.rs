@@ -186,11 +186,13 @@ fn normalize(value: &Value) -> PyResult<Value> {
     })
 }
 
-/// A Gryvia object (any kind), validated like the API server validates it.
+/// A Gryvia object (any kind), validated like the API server validates it; or an object of any
+/// other kind the server returned, asked for as an object (`dicts=False`).
 ///
 /// Build one with `Resource(dict)`, `Resource.from_dict(d)` or `Resource.from_yaml(text)`;
-/// read fields as attributes (`job.spec.retry_limit` or `job.spec.retryLimit`); get plain data
-/// back with `to_dict()` / `to_yaml()`. Two resources are equal when their data is.
+/// read fields as attributes (`job.spec.retry_limit` or `job.spec.retryLimit`) or items
+/// (`job["spec"]`); get plain data back with `to_dict()` / `to_yaml()`. Two resources are equal
+/// when their data is.
 #[pyclass(module = "gryvia._gryvia", frozen, subclass)]
 pub struct Resource {
     /// The object as the server sent it (a list's item, a get's or a watch's), kept as its
@@ -202,16 +204,33 @@ pub struct Resource {
     value: OnceLock<Arc<Value>>,
 }
 
-/// One object's JSON as the server sent it, and its kind (which a list's items may leave out).
+/// The `apiVersion` and `kind` of the objects of a list or watch, which a list's items leave
+/// out (those of built-in kinds); shared by them all.
+pub(crate) struct TypeMeta {
+    pub(crate) api_version: Box<str>,
+    pub(crate) kind: Box<str>,
+}
+
+impl TypeMeta {
+    pub(crate) fn new(api_version: &str, kind: &str) -> Arc<Self> {
+        Arc::new(TypeMeta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        })
+    }
+}
+
+/// One object's JSON as the server sent it, and its `apiVersion` and `kind`.
 struct Raw {
     json: Arc<str>,
-    kind: &'static str,
+    meta: Arc<TypeMeta>,
     /// The list it came in and its place there, for `to_dict()` a batch at a time.
     list: Option<(Arc<ListDicts>, usize)>,
 }
 
 impl Resource {
-    /// A resource of `value` (a Gryvia object, checked already).
+    /// A resource of `value` (a Gryvia object, checked already; or any object the server
+    /// returned).
     pub(crate) fn new(value: Value) -> Self {
         Resource {
             raw: None,
@@ -219,14 +238,22 @@ impl Resource {
         }
     }
 
-    /// A resource of `kind` kept as the server's `json` (valid JSON: a list's item as the
-    /// list's scan found it) until it is read; `list` is the list it is an item of, if any
+    /// A resource of `meta`'s kind kept as the server's `json` (valid JSON: a list's item as
+    /// the list's scan found it) until it is read; `list` is the list it is an item of, if any
     /// (it then takes its place in it).
-    pub(crate) fn unparsed(json: &str, kind: &'static str, list: Option<&Arc<ListDicts>>) -> Self {
+    pub(crate) fn unparsed(
+        json: &str,
+        meta: &Arc<TypeMeta>,
+        list: Option<&Arc<ListDicts>>,
+    ) -> Self {
         let json: Arc<str> = json.into();
         let list = list.map(|l| (l.clone(), l.push(json.clone())));
         Resource {
-            raw: Some(Raw { json, kind, list }),
+            raw: Some(Raw {
+                json,
+                meta: meta.clone(),
+                list,
+            }),
             value: OnceLock::new(),
         }
     }
@@ -265,8 +292,8 @@ impl Resource {
             let mut v: Value = serde_json::from_str(&raw.json).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
                 m.entry("apiVersion")
-                    .or_insert_with(|| gryvia_types::API_VERSION.into());
-                m.entry("kind").or_insert_with(|| raw.kind.into());
+                    .or_insert_with(|| (*raw.meta.api_version).into());
+                m.entry("kind").or_insert_with(|| (*raw.meta.kind).into());
             }
             Arc::new(v)
         })
@@ -313,7 +340,7 @@ impl Resource {
                 _,
             ) => list.dict(py, *index),
             // Never read: straight from the server's JSON, without a Value between.
-            (Some(raw), None) => pyjson::gryvia_object(py, &raw.json, raw.kind),
+            (Some(raw), None) => pyjson::object_dict(py, &raw.json, &raw.meta),
             _ => to_py(py, self.value()),
         }
     }
@@ -332,7 +359,7 @@ impl Resource {
     #[getter]
     fn kind(&self) -> String {
         match &self.raw {
-            Some(raw) => raw.kind.to_owned(),
+            Some(raw) => raw.meta.kind.to_string(),
             None => self.value()["kind"].as_str().unwrap_or_default().to_owned(),
         }
     }
@@ -374,13 +401,30 @@ impl Resource {
         }
         // A list's items may leave out what every object of the kind has.
         match (&self.raw, name) {
-            (Some(_), "apiVersion" | "api_version") => {
-                Ok(PyString::new(py, gryvia_types::API_VERSION)
-                    .into_any()
-                    .unbind())
+            (Some(raw), "apiVersion" | "api_version") => {
+                Ok(PyString::new(py, &raw.meta.api_version).into_any().unbind())
             }
             _ => Err(top.not_set(name)),
         }
+    }
+
+    /// Member `key` (as the server names it: `job["spec"]`); raises `KeyError` when not set.
+    fn __getitem__(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
+        if let Some(v) = self.top().member(py, key)? {
+            return Ok(v);
+        }
+        match (&self.raw, key) {
+            (Some(raw), "apiVersion") => {
+                Ok(PyString::new(py, &raw.meta.api_version).into_any().unbind())
+            }
+            (Some(raw), "kind") => Ok(PyString::new(py, &raw.meta.kind).into_any().unbind()),
+            _ => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
+        }
+    }
+
+    fn __contains__(&self, key: &str) -> PyResult<bool> {
+        Ok(self.raw.is_some() && matches!(key, "apiVersion" | "kind")
+            || self.top().locate(key)?.is_some())
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

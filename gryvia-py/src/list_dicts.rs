@@ -1,28 +1,28 @@
-//! `to_dict()` of a list's items, a batch at a time. An item of a Gryvia kind is kept as the
-//! server's JSON until it is read; a loop that calls `to_dict()` on every item builds a few
-//! dozen containers per item, and those set off the garbage collector over and over, each
-//! collection of the older generations walking everything the loop built so far. So when an
-//! item's `to_dict()` comes in a loop over the list (the first item's first, or the third of a
-//! run of items in order), the dicts of the next items are built with it under one pause, and
-//! each is handed out on its own item's next `to_dict()`. The same list's items in order
-//! against in reverse (item by item), against testenv: 5,000 items 0.091 s against 0.149 s
-//! (0.102 s against 0.260 s with 50,000 other objects' dicts alive), 50,000 items 1.24 s
-//! against 2.00 s.
+//! `to_dict()` of a list's items, a batch at a time. An item kept as an object (every item of a
+//! Gryvia kind, and of any kind with `dicts=False`) stays the server's JSON until it is read; a
+//! loop that calls `to_dict()` on every item builds a few dozen containers per item, and those
+//! set off the garbage collector over and over, each collection of the older generations
+//! walking everything the loop built so far. So when an item's `to_dict()` comes in a loop over
+//! the list (the first item's first, or the third of a run of items in order), the dicts of the
+//! next items are built with it under one pause, and each is handed out on its own item's next
+//! `to_dict()`. The same list's items in order against in reverse (item by item), against
+//! testenv: 5,000 items 0.091 s against 0.149 s (0.102 s against 0.260 s with 50,000 other
+//! objects' dicts alive), 50,000 items 1.24 s against 2.00 s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 
-use crate::GryviaError;
 use crate::pyjson::{self, GcPause};
+use crate::{GryviaError, TypeMeta};
 
 /// Items whose dicts are built together, at most.
 const AHEAD: usize = 256;
 
-/// The items of one list of a Gryvia kind, as the server's JSON, in their order.
+/// The items of one list kept as objects, as the server's JSON, in their order.
 pub(crate) struct ListDicts {
-    kind: &'static str,
+    meta: Arc<TypeMeta>,
     items: Mutex<Vec<Arc<str>>>,
     ahead: Mutex<Ahead>,
 }
@@ -38,9 +38,9 @@ struct Ahead {
 }
 
 impl ListDicts {
-    pub(crate) fn new(kind: &'static str) -> Arc<Self> {
+    pub(crate) fn new(meta: Arc<TypeMeta>) -> Arc<Self> {
         Arc::new(ListDicts {
-            kind,
+            meta,
             items: Mutex::new(Vec::new()),
             ahead: Mutex::new(Ahead::default()),
         })
@@ -80,11 +80,14 @@ impl ListDicts {
         let _paused = GcPause::new(py);
         let mut dicts = Vec::with_capacity(jsons.len());
         for json in &jsons {
-            dicts.push(pyjson::gryvia_object(py, json, self.kind)?);
+            dicts.push(pyjson::object_dict(py, json, &self.meta)?);
         }
         let mut dicts = dicts.into_iter();
         let first = dicts.next().ok_or_else(|| {
-            GryviaError::new_err(format!("{}: item {index} is not in its list", self.kind))
+            GryviaError::new_err(format!(
+                "{}: item {index} is not in its list",
+                self.meta.kind
+            ))
         })?;
         let mut a = self.ahead.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, dict) in (index + 1..).zip(dicts) {

@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 
+use crate::TypeMeta;
+
 /// Why the text is not one JSON value (with the line and column), or the Python error met
 /// while building it.
 #[derive(Debug)]
@@ -460,12 +462,12 @@ pub(crate) fn value<'py>(py: Python<'py>, json: &[u8]) -> Built<'py> {
     })
 }
 
-/// A Gryvia object of `kind` from the server's JSON of it, as a dict (`apiVersion` and `kind`
+/// An object of `meta`'s kind from the server's JSON of it, as a dict (`apiVersion` and `kind`
 /// filled in where a list's item leaves them out).
-pub(crate) fn gryvia_object(py: Python<'_>, json: &str, kind: &str) -> PyResult<Py<PyAny>> {
-    object(py, json.as_bytes(), gryvia_types::API_VERSION, kind)
+pub(crate) fn object_dict(py: Python<'_>, json: &str, meta: &TypeMeta) -> PyResult<Py<PyAny>> {
+    object(py, json.as_bytes(), &meta.api_version, &meta.kind)
         .map(Bound::unbind)
-        .map_err(|e| crate::GryviaError::new_err(format!("decode {kind}: {e}")))
+        .map_err(|e| crate::GryviaError::new_err(format!("decode a {}: {e}", meta.kind)))
 }
 
 /// An object's JSON as a dict, with `apiVersion` and `kind` filled in where it lacks them

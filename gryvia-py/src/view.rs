@@ -138,7 +138,7 @@ impl Object {
     }
 
     /// Member `key` of this node, as Python, when it has one.
-    fn member(&self, py: Python<'_>, key: &str) -> PyResult<Option<Py<PyAny>>> {
+    pub(crate) fn member(&self, py: Python<'_>, key: &str) -> PyResult<Option<Py<PyAny>>> {
         self.locate(key)?.map(|at| to_python(py, at)).transpose()
     }
 

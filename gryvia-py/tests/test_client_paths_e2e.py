@@ -1,8 +1,9 @@
 """Every read path of gryvia.Client returns the same objects as the official ``kubernetes``
 client against a real control plane (testenv/up): list, get and watch, of a Gryvia kind (typed,
 each object's fields read from the server's JSON, the whole object parsed only for equality, YAML
-or JSON) and of a built-in kind (dicts, the list built straight
-from the body), and ``to_dict()`` of objects read or not yet read."""
+or JSON) and of a built-in kind (dicts, the list built straight from the body; or with
+``dicts=False`` objects kept as the server's JSON like Gryvia objects), and ``to_dict()`` of
+objects read or not yet read."""
 
 import asyncio
 import json
@@ -36,6 +37,13 @@ def _job(name, namespace, i):
 
 def _by_name(objs):
     return {o["metadata"]["name"]: o for o in objs}
+
+
+def _official_jobs(batch, namespace):
+    """The official client's Jobs by name, as the server's body has them (with the apiVersion
+    and kind that a list's items leave out)."""
+    items = json.loads(batch.list_namespaced_job(namespace, _preload_content=False).data)["items"]
+    return _by_name({"apiVersion": "batch/v1", "kind": "Job", **j} for j in items)
 
 
 def test_list_get_and_watch_return_what_the_official_client_returns(client, kubeconfig, namespace):
@@ -86,6 +94,59 @@ def test_list_get_and_watch_return_what_the_official_client_returns(client, kube
         return await gryvia.AsyncClient(kubeconfig=kubeconfig).list("GryviaAIJob", namespace, dicts=True)
 
     assert _by_name(asyncio.run(listed_dicts_async())) == _by_name(official_ai)
+
+
+def test_built_in_kinds_as_objects_read_what_the_official_client_reads(client, kubeconfig, namespace):
+    # dicts=False: a built-in kind's objects kept as the server's JSON, like Gryvia objects.
+    for i in range(8):
+        client.create(_job(f"j-{i:02d}", namespace, i))
+    _, batch = _official(kubeconfig)
+    official = _official_jobs(batch, namespace)
+
+    listed = client.list("Job", namespace, api_version="batch/v1", dicts=False)
+    assert [type(j) for j in listed] == [gryvia.Resource] * 8
+    for j in listed[::2]:
+        want = official[j.name]
+        # Read before to_dict(): attributes, items, what a list's items leave out.
+        assert j.kind == "Job" and j.apiVersion == "batch/v1" and j["apiVersion"] == "batch/v1"
+        assert j["kind"] == "Job" and "kind" in j and "spec" in j and "nope" not in j
+        assert j.namespace == namespace
+        assert j.metadata.labels["i"] == want["metadata"]["labels"]["i"]
+        assert j.spec.template.spec.containers[0].args == want["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert j["spec"]["suspend"] is True and j.spec.suspend is True
+        assert j.spec.backoff_limit == want["spec"]["backoffLimit"]
+        with pytest.raises(KeyError):
+            j["nope"]
+        with pytest.raises(AttributeError, match="spec.activeDeadlineSeconds is not set"):
+            j.spec.active_deadline_seconds
+    # Every item's to_dict(), read or not, in order: the official client's dicts.
+    assert {j.name: j.to_dict() for j in listed} == official
+    assert {j.name: json.loads(j.to_json()) for j in listed} == official
+
+    got = client.get("Job", "j-03", namespace, api_version="batch/v1", dicts=False)
+    assert type(got) is gryvia.Resource and got.to_dict() == official["j-03"]
+    assert got == listed[3] and got.spec.template.spec.containers[0].args[0] == "3"
+
+    watched = {}
+    for e in client.watch("Job", namespace, api_version="batch/v1", timeout=30, dicts=False):
+        assert type(e.object) is gryvia.Resource
+        watched[e.object.name] = e.object
+        if len(watched) == 8:
+            break
+    assert watched["j-05"].spec.template.spec.containers[0].args[0] == "5"
+    assert {n: o.to_dict()["spec"] for n, o in watched.items()} == {n: o["spec"] for n, o in official.items()}
+
+    async def listed_async():
+        return await gryvia.AsyncClient(kubeconfig=kubeconfig).list("Job", namespace, api_version="batch/v1", dicts=False)
+
+    assert {j.name: j.to_dict() for j in asyncio.run(listed_async())} == _official_jobs(batch, namespace)
+
+    # The other way round: a Gryvia kind's get as a dict, and dicts=False as the default.
+    client.create(_aijob("a-00", namespace, 0))
+    custom, _ = _official(kubeconfig)
+    assert client.get("GryviaAIJob", "a-00", namespace, dicts=True) == custom.get_namespaced_custom_object(
+        "gryvia.io", "v1alpha1", namespace, "gryviaaijobs", "a-00")
+    assert [type(j) for j in client.list("GryviaAIJob", namespace, dicts=False)] == [gryvia.GryviaAIJob]
 
 
 def test_an_empty_list_and_a_label_selector(client, namespace):

@@ -25,8 +25,14 @@ def blocking(c: gryvia.Client) -> None:
     assert_type(c.list("GryviaTenant", dicts=False), List[gryvia.GryviaTenant])
     assert_type(c.list("GryviaTenant", dicts=True), List[Any])
     assert_type(c.submit({"spec": {}}), gryvia.GryviaAIJob)
-    # Other kinds and groups: untyped, as before.
+    assert_type(c.get("GryviaTenant", "t", dicts=False), gryvia.GryviaTenant)
+    assert_type(c.get("GryviaTenant", "t", dicts=True), Any)
+    # Other kinds and groups: untyped, as before; as dicts or as objects.
     c.get("Job", "x", api_version="batch/v1")["spec"]
+    c.get("Job", "x", api_version="batch/v1", dicts=False).spec.parallelism
+    c.list("Job", api_version="batch/v1", dicts=False)[0]["spec"]
+    for e in c.watch("Job", api_version="batch/v1", timeout=1.0, dicts=False):
+        e.object.spec
 
 
 async def asynchronous(c: gryvia.AsyncClient) -> None:
