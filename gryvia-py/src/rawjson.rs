@@ -18,19 +18,34 @@ fn ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// The end (exclusive) of the string whose opening quote is at `i`.
-fn string_end(b: &[u8], mut i: usize) -> Result<usize, Malformed> {
-    let start = i;
-    i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'"' => return Ok(i + 1),
-            b'\\' => i += 2,
-            _ => i += 1,
+/// The end (exclusive) of the string whose opening quote is at `i`: only `"` and `\` matter in
+/// it, found a word at a time (`memchr2`); most of an object's text is strings (the managed
+/// fields' keys, images, labels).
+fn string_end(b: &[u8], i: usize) -> Result<usize, Malformed> {
+    let mut j = i + 1;
+    while let Some(k) = b
+        .get(j..)
+        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+    {
+        j += k;
+        if b[j] == b'"' {
+            return Ok(j + 1);
         }
+        j += 2;
     }
-    Err(Malformed(start))
+    Err(Malformed(i))
 }
+
+/// The bytes that matter between the strings of an object or array.
+const STRUCTURE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
 
 /// The end (exclusive) of the value that starts at `i`.
 fn value_end(b: &[u8], i: usize) -> Result<usize, Malformed> {
@@ -40,6 +55,10 @@ fn value_end(b: &[u8], i: usize) -> Result<usize, Malformed> {
             let mut depth = 0usize;
             let mut j = i;
             while j < b.len() {
+                if !STRUCTURE[usize::from(b[j])] {
+                    j += 1;
+                    continue;
+                }
                 match b[j] {
                     b'"' => {
                         j = string_end(b, j)?;
@@ -194,6 +213,20 @@ mod tests {
         // A key of a nested object is not a member of the outer one.
         assert_eq!(member(JOB, &top, "gpus").unwrap(), None);
         assert_eq!(member(JOB, &top, "f:x").unwrap(), None);
+    }
+
+    #[test]
+    fn escapes_at_the_end_of_a_string_and_structure_inside_strings_are_stepped_over() {
+        let text = r#"{"a\\": "x\\", "b": "\"}]", "c": ["\\\"[", {"d": "{"}], "e": 1}"#;
+        let top = whole(text);
+        assert_eq!(&text[member(text, &top, "e").unwrap().unwrap()], "1");
+        assert_eq!(
+            &text[member(text, &top, "a\\").unwrap().unwrap()],
+            r#""x\\""#
+        );
+        let c = member(text, &top, "c").unwrap().unwrap();
+        assert_eq!(elements(text, &c).unwrap().len(), 2);
+        assert!(member(r#"{"a": "x\"}"#, &(0..11), "b").is_err());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::{GryviaError, camel, pyjson, to_json, to_py};
 pub struct Object {
     node: Node,
     /// The way from the resource to this node, for messages (and to the node, when parsed).
-    path: Vec<Step>,
+    path: Path,
 }
 
 /// What a view reads.
@@ -40,10 +40,63 @@ enum Node {
 }
 
 /// One step from an object to a node nested in it.
-#[derive(Clone)]
 enum Step {
     Key(Box<str>),
     Index(usize),
+}
+
+/// The way from the resource to a node: its last step and the way to that step's object,
+/// shared with the view it was taken from (a view of a node `n` levels down costs one step, not
+/// a copy of `n`).
+#[derive(Clone, Default)]
+struct Path(Option<Arc<Link>>);
+
+struct Link {
+    up: Path,
+    step: Step,
+}
+
+impl Path {
+    fn then(&self, step: Step) -> Path {
+        Path(Some(Arc::new(Link {
+            up: self.clone(),
+            step,
+        })))
+    }
+
+    /// The node this way leads to from `root`.
+    fn find<'v>(&self, root: &'v Value) -> Option<&'v Value> {
+        let Some(link) = &self.0 else {
+            return Some(root);
+        };
+        let up = link.up.find(root)?;
+        match &link.step {
+            Step::Key(k) => up.get(&**k),
+            Step::Index(i) => up.get(*i),
+        }
+    }
+
+    /// `spec.env[0].value`: where the node is, for messages.
+    fn text(&self) -> String {
+        let Some(link) = &self.0 else {
+            return String::new();
+        };
+        let mut out = link.up.text();
+        match &link.step {
+            Step::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Step::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+        out
+    }
 }
 
 /// The error for JSON that is not what its scan checked it to be (never expected).
@@ -59,7 +112,7 @@ impl Object {
     pub(crate) fn parsed(root: Arc<Value>) -> Self {
         Object {
             node: Node::Parsed(root),
-            path: Vec::new(),
+            path: Path::default(),
         }
     }
 
@@ -68,22 +121,14 @@ impl Object {
         let span = rawjson::whole(&json);
         Object {
             node: Node::Raw(json, span),
-            path: Vec::new(),
+            path: Path::default(),
         }
     }
 
     /// The node as a tree: borrowed when parsed, parsed from its text when not.
     pub(crate) fn value(&self) -> PyResult<Cow<'_, Value>> {
         match &self.node {
-            Node::Parsed(root) => Ok(Cow::Borrowed(
-                self.path
-                    .iter()
-                    .try_fold(&**root, |v, step| match step {
-                        Step::Key(k) => v.get(&**k),
-                        Step::Index(i) => v.get(*i),
-                    })
-                    .unwrap_or(&Value::Null),
-            )),
+            Node::Parsed(root) => Ok(Cow::Borrowed(self.path.find(root).unwrap_or(&Value::Null))),
             Node::Raw(json, span) => serde_json::from_str(&json[span.clone()])
                 .map(Cow::Owned)
                 .map_err(|e| GryviaError::new_err(format!("the server's JSON: {e}"))),
@@ -92,9 +137,7 @@ impl Object {
 
     /// The view of the node `step` leads to, standing at `span` when the text is read.
     fn child(&self, step: Step, span: Range<usize>) -> Object {
-        let mut path = Vec::with_capacity(self.path.len() + 1);
-        path.extend_from_slice(&self.path);
-        path.push(step);
+        let path = self.path.then(step);
         let node = match &self.node {
             Node::Parsed(root) => Node::Parsed(root.clone()),
             Node::Raw(json, _) => Node::Raw(json.clone(), span),
@@ -157,34 +200,13 @@ impl Object {
     /// The error for field `name`, not set here.
     pub(crate) fn not_set(&self, name: &str) -> PyErr {
         let at = self.child(Step::Key(camel(name).into_boxed_str()), Range::default());
-        pyo3::exceptions::PyAttributeError::new_err(format!("{} is not set", path_text(&at.path)))
+        pyo3::exceptions::PyAttributeError::new_err(format!("{} is not set", at.path.text()))
     }
 
     /// Field `name`, or the error that it is not set.
     pub(crate) fn attr(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
         self.field(py, name)?.ok_or_else(|| self.not_set(name))
     }
-}
-
-/// `spec.env[0].value`: where a node is, for messages.
-fn path_text(path: &[Step]) -> String {
-    let mut out = String::new();
-    for step in path {
-        match step {
-            Step::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
-            Step::Index(i) => {
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
-            }
-        }
-    }
-    out
 }
 
 /// The node of `at` as Python: the view itself for an object, a list of views (or values) for
@@ -266,10 +288,6 @@ impl Object {
     }
 
     fn __repr__(&self) -> PyResult<String> {
-        Ok(format!(
-            "Object({}: {})",
-            path_text(&self.path),
-            self.value()?
-        ))
+        Ok(format!("Object({}: {})", self.path.text(), self.value()?))
     }
 }
