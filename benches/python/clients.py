@@ -26,8 +26,8 @@ The floor is the raw GET of the same list URL with ``http.client`` and the kubec
 certificate (the bytes only, nothing decoded); ``json.loads`` of that body is shown too.
 
 Objects are made once per size (those already there are kept, for the next run) with gryvia's
-AsyncClient, 64 requests in flight. Jobs are ``suspend: true`` and the ai-operator does not run, so nothing
-reacts to them.
+AsyncClient, 64 requests in flight. Jobs are ``suspend: true`` and the ai-operator does not
+run, so nothing reacts to them.
 
 Run: ``scripts/bench-python-clients`` (starts testenv when it is not up, installs the release
 wheel and the pinned clients), or ``python3 benches/python/clients.py --sizes 5000``.
@@ -172,6 +172,23 @@ def cpu_seconds():
     """User and system CPU of this process, every thread (the Rust client's runtime too)."""
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
+
+
+def interleaved(runs, rounds, measure):
+    """What ``measure(name, fn, i)`` took for each run, round by round: every run once in each
+    round ``i``, in order, so that the API server's slower and faster spells fall on all of them
+    alike. ``runs`` are ``(name, fn, its rounds)``; a run with fewer rounds sits out the last."""
+    got = {name: [] for name, _, _ in runs}
+    for i in range(rounds):
+        for name, fn, r in runs:
+            if i < r:
+                got[name].append(measure(name, fn, i))
+    return got
+
+
+def rounds_of(name, rounds, slow_rounds):
+    """kr8s takes minutes a round at 50,000: it runs ``slow_rounds``."""
+    return slow_rounds if name.startswith("kr8s") else rounds
 
 
 class Clients:
@@ -343,40 +360,37 @@ def bench(n, rounds, slow_rounds):
     rows = []
     c = Clients()
     for kind, clients in list_clients(c, ns).items():
-        # Round by round: the floor, then every client once, so that the API server's slower
-        # and faster spells fall on all of them alike; each row is the median over its rounds.
+        # The floor first in each round, then every client once (`interleaved`); each row
+        # is the median over its rounds.
         floor_name, loads_name = "raw HTTPS GET (the floor)", "raw GET + json.loads"
         runs = [
             (floor_name, lambda: raw.get(paths[kind]), rounds),
             (loads_name, lambda: json.loads(raw.get(paths[kind]))["items"], rounds),
-        ] + [(name, fn, slow_rounds if name.startswith("kr8s") else rounds) for name, fn in clients]
-        walls = {name: [] for name, _, _ in runs}
-        cpus = {name: [] for name, _, _ in runs}
-        size = 0
-        for i in range(rounds):
-            for name, fn, r in runs:
-                if i >= r:
-                    continue
-                used = cpu_seconds()
-                started = time.perf_counter()
-                result = fn()
-                # A user keeps what was listed: the collections its containers cause are the
-                # list's cost, wherever they fall. A client that builds with the collector
-                # paused (gryvia) leaves them to the next allocation after it; the others pay
-                # them while they build. Collecting the young generations here charges each
-                # client its own (for those that paid already, a few thousand young objects).
-                gc.collect(1)
-                walls[name].append(time.perf_counter() - started)
-                cpus[name].append(cpu_seconds() - used)
-                # The count only: no list is kept alive for the rows after it (50,000 objects'
-                # dicts would be walked by each of their full collections), and freeing it is
-                # left out of every client's time alike.
-                count = len(result)
-                del result
-                if name == floor_name:
-                    size = count
-                else:
-                    assert count == n, (name, count)
+        ] + [(name, fn, rounds_of(name, rounds, slow_rounds)) for name, fn in clients]
+
+        def listed(name, fn, _):
+            used = cpu_seconds()
+            started = time.perf_counter()
+            result = fn()
+            # A user keeps what was listed: the collections its containers cause are the
+            # list's cost, wherever they fall. A client that builds with the collector
+            # paused (gryvia) leaves them to the next allocation after it; the others pay
+            # them while they build. Collecting the young generations here charges each
+            # client its own (for those that paid already, a few thousand young objects).
+            gc.collect(1)
+            wall, cpu = time.perf_counter() - started, cpu_seconds() - used
+            # The count only: no list is kept alive for the rows after it (50,000 objects'
+            # dicts would be walked by each of their full collections), and freeing it is
+            # left out of every client's time alike.
+            count = len(result)
+            del result
+            assert name == floor_name or count == n, (name, count)
+            return wall, cpu, count
+
+        got = interleaved(runs, rounds, listed)
+        walls = {name: [w for w, _, _ in m] for name, m in got.items()}
+        cpus = {name: [c for _, c, _ in m] for name, m in got.items()}
+        size = got[floor_name][-1][2]
         floor = statistics.median(walls[floor_name])
         for name, _, r in runs:
             t, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
@@ -390,7 +404,7 @@ def bench(n, rounds, slow_rounds):
     for kind, clients in after_list_clients(c, ns).items():
         after = {"to_dict": [], "read": []}
         for name, make, convert, read in clients:
-            r = slow_rounds if name.startswith("kr8s") else rounds
+            r = rounds_of(name, rounds, slow_rounds)
             took = {"to_dict": [], "read": []}
             for _ in range(r):
                 items = make()
@@ -421,33 +435,33 @@ def bench(n, rounds, slow_rounds):
         # Round by round, like the lists: the floor, then each client's 200 gets, each round
         # in a new order of the names; each row the median of its rounds' means.
         floor_name = "raw HTTPS GET, a new connection each (the floor)"
-        runs = [(floor_name, lambda x: raw.get(f"{plural}/{x}"))] + clients
-        took = {name: [] for name, _ in runs}
-        for i in range(rounds):
+        runs = [(floor_name, lambda x: raw.get(f"{plural}/{x}"), rounds)]
+        runs += [(name, fn, rounds) for name, fn in clients]
+
+        def got(_, fn, i):
             order = random.Random(i).sample(names, len(names))
-            for name, fn in runs:
-                started = time.perf_counter()
-                for x in order:
-                    fn(x)
-                took[name].append((time.perf_counter() - started) / len(order))
-        for name, _ in runs:
+            started = time.perf_counter()
+            for x in order:
+                fn(x)
+            return (time.perf_counter() - started) / len(order)
+
+        for name, took in interleaved(runs, rounds, got).items():
             note = "" if name == floor_name else f"median of {rounds} rounds' means of 200"
-            rows.append((f"get {kind}", name, statistics.median(took[name]), note))
+            rows.append((f"get {kind}", name, statistics.median(took), note))
     for kind, clients in watch_clients(c, ns, n).items():
         # Round by round too: a watch's start is a list, and the API server's pace drifts.
-        runs = [(name, fn, slow_rounds if name.startswith("kr8s") else rounds)
+        runs = [(name, fn, rounds_of(name, rounds, slow_rounds))
                 for name, fn in clients if not (name.startswith("kr8s") and n > 5000)]
-        took = {name: [] for name, _, _ in runs}
-        for i in range(rounds):
-            for name, fn, r in runs:
-                if i >= r:
-                    continue
-                started = time.perf_counter()
-                seen = fn()
-                took[name].append(time.perf_counter() - started)
-                assert seen == n, (name, seen)
-        for name, _, r in runs:
-            t = statistics.median(took[name])
+
+        def watched(name, fn, _):
+            started = time.perf_counter()
+            seen = fn()
+            assert seen == n, (name, seen)
+            return time.perf_counter() - started
+
+        for name, took in interleaved(runs, rounds, watched).items():
+            t = statistics.median(took)
+            r = rounds_of(name, rounds, slow_rounds)
             rounds_note = "" if r == rounds else f", {r} round(s)"
             rows.append((f"watch {kind}", name, t, f"{n / t:,.0f} events/s{rounds_note}"))
     return rows

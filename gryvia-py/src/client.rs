@@ -83,15 +83,33 @@ fn py_err(e: gryvia_client::Error) -> PyErr {
     }
 }
 
-/// An object the server returned, as Python data: with `dicts` unset, an object of its kind's
-/// class for Gryvia kinds (as the server has it: the API server checked it against the same
-/// schemas) and a dict otherwise; a dict with `dicts=True`, an object (`Resource` for other
-/// kinds) with `False`.
+/// What the objects of a get, list or watch come as.
+#[derive(Clone, Copy)]
+enum Wanted {
+    /// Objects of their Gryvia kind's class.
+    Class,
+    /// `Resource`s (objects of another kind).
+    Resource,
+    Dict,
+}
+
+/// The caller's `dicts` for objects of a Gryvia kind or not: unset, objects of their class for
+/// Gryvia kinds and dicts for others; dicts of every kind with `True`, objects with `False`.
+fn wanted(dicts: Option<bool>, gryvia: bool) -> Wanted {
+    match (dicts, gryvia) {
+        (Some(true), _) | (None, false) => Wanted::Dict,
+        (Some(false), false) => Wanted::Resource,
+        (_, true) => Wanted::Class,
+    }
+}
+
+/// An object the server returned, as Python data, as `dicts` asks ([`wanted`]); a Gryvia
+/// object as the server has it (the API server checked it against the same schemas).
 fn output(py: Python<'_>, value: Value, dicts: Option<bool>) -> PyResult<Py<PyAny>> {
-    match (dicts, crate::is_gryvia(&value)) {
-        (Some(true), _) | (None, false) => to_py(py, &value),
-        (_, true) => crate::kind_classes::typed_object(py, value),
-        (Some(false), false) => Ok(Py::new(py, Resource::new(value))?.into_any()),
+    match wanted(dicts, crate::is_gryvia(&value)) {
+        Wanted::Dict => to_py(py, &value),
+        Wanted::Class => crate::kind_classes::typed_object(py, value),
+        Wanted::Resource => Ok(Py::new(py, Resource::new(value))?.into_any()),
     }
 }
 
@@ -238,14 +256,12 @@ enum Form {
 }
 
 impl Decode {
-    /// How objects of `kind` are decoded: with `dicts` unset, objects of their class for a
-    /// Gryvia kind and dicts for others; as dicts with `dicts=True`, as objects with `False`.
+    /// How objects of `kind` are decoded, as `dicts` asks ([`wanted`]).
     fn of(api_version: &str, kind: &str, dicts: Option<bool>) -> PyResult<Decode> {
-        let gryvia = api_version == gryvia_types::API_VERSION;
-        let form = match (dicts, gryvia) {
-            (Some(true), _) | (None, false) => Form::Dict,
-            (Some(false), false) => Form::Object,
-            (_, true) => crate::kind_classes::unparsed(kind)
+        let form = match wanted(dicts, api_version == gryvia_types::API_VERSION) {
+            Wanted::Dict => Form::Dict,
+            Wanted::Resource => Form::Object,
+            Wanted::Class => crate::kind_classes::unparsed(kind)
                 .map(Form::Class)
                 .ok_or_else(|| {
                     GryviaError::new_err(format!("kind: {kind:?} is not a Gryvia kind"))

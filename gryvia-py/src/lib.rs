@@ -282,6 +282,17 @@ impl Resource {
         Ok(at.value()?.as_str().map(str::to_owned))
     }
 
+    /// What a list's items leave out and every object of their kind has (`apiVersion`,
+    /// `kind`), for an object kept as the server's JSON.
+    fn left_out(&self, key: &str) -> Option<&str> {
+        let raw = self.raw.as_ref()?;
+        match key {
+            "apiVersion" => Some(&raw.meta.api_version),
+            "kind" => Some(&raw.meta.kind),
+            _ => None,
+        }
+    }
+
     /// The object, parsed on first use, as the views of its nested objects share it.
     fn root(&self) -> &Arc<Value> {
         self.value.get_or_init(|| {
@@ -291,9 +302,11 @@ impl Resource {
             // The JSON was scanned as one value of the list already: it parses.
             let mut v: Value = serde_json::from_str(&raw.json).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
-                m.entry("apiVersion")
-                    .or_insert_with(|| (*raw.meta.api_version).into());
-                m.entry("kind").or_insert_with(|| (*raw.meta.kind).into());
+                for key in ["apiVersion", "kind"] {
+                    if let (false, Some(given)) = (m.contains_key(key), self.left_out(key)) {
+                        m.insert(key.to_owned(), given.into());
+                    }
+                }
             }
             Arc::new(v)
         })
@@ -399,12 +412,14 @@ impl Resource {
         if let Some(v) = top.field(py, name)? {
             return Ok(v);
         }
-        // A list's items may leave out what every object of the kind has.
-        match (&self.raw, name) {
-            (Some(raw), "apiVersion" | "api_version") => {
-                Ok(PyString::new(py, &raw.meta.api_version).into_any().unbind())
-            }
-            _ => Err(top.not_set(name)),
+        let key = if name == "api_version" {
+            "apiVersion"
+        } else {
+            name
+        };
+        match self.left_out(key) {
+            Some(v) => Ok(PyString::new(py, v).into_any().unbind()),
+            None => Err(top.not_set(name)),
         }
     }
 
@@ -413,18 +428,14 @@ impl Resource {
         if let Some(v) = self.top().member(py, key)? {
             return Ok(v);
         }
-        match (&self.raw, key) {
-            (Some(raw), "apiVersion") => {
-                Ok(PyString::new(py, &raw.meta.api_version).into_any().unbind())
-            }
-            (Some(raw), "kind") => Ok(PyString::new(py, &raw.meta.kind).into_any().unbind()),
-            _ => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
+        match self.left_out(key) {
+            Some(v) => Ok(PyString::new(py, v).into_any().unbind()),
+            None => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
         }
     }
 
     fn __contains__(&self, key: &str) -> PyResult<bool> {
-        Ok(self.raw.is_some() && matches!(key, "apiVersion" | "kind")
-            || self.top().locate(key)?.is_some())
+        Ok(self.left_out(key).is_some() || self.top().locate(key)?.is_some())
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
