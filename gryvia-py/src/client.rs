@@ -213,13 +213,14 @@ async fn op_list(
             batch.push(p);
         }
         Python::attach(|py| -> PyResult<()> {
-            let _paused = crate::pyjson::GcPause::new(py);
+            let paused = crate::pyjson::GcPause::new(py);
             let out = out.bind(py);
             for part in batch {
                 match part.map_err(py_err)? {
                     ListPart::Items(items) => {
                         for item in &items {
                             out.append(decode.object(py, item, list.as_ref())?)?;
+                            decode.built(&paused, item.len());
                         }
                     }
                     ListPart::End(_) => whole = true,
@@ -279,6 +280,15 @@ impl Decode {
         match self.form {
             Form::Class(_) | Form::Object => Some(ListDicts::new(self.meta.clone())),
             Form::Dict => None,
+        }
+    }
+
+    /// `bytes` of JSON were decoded ([`Decode::object`]): dicts' count toward the next young
+    /// collection ([`GcPause::built`](crate::pyjson::GcPause::built)); objects kept as JSON
+    /// build no containers.
+    fn built(&self, paused: &crate::pyjson::GcPause<'_>, bytes: usize) {
+        if let Form::Dict = self.form {
+            paused.built(bytes);
         }
     }
 
@@ -512,7 +522,7 @@ impl Watch {
                 }
             }
             Python::attach(|py| {
-                let _paused = crate::pyjson::GcPause::new(py);
+                let paused = crate::pyjson::GcPause::new(py);
                 waiting
                     .into_iter()
                     .map(|(t, json)| {
@@ -520,6 +530,7 @@ impl Watch {
                             kind: t.as_str(),
                             object: decode.object(py, &json, None)?,
                         };
+                        decode.built(&paused, json.len());
                         Ok(Py::new(py, event)?.into_any())
                     })
                     .collect::<PyResult<VecDeque<_>>>()

@@ -342,9 +342,9 @@ impl Resource {
 
     /// The object as plain Python data (dicts, lists, strings, numbers).
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let _paused = pyjson::GcPause::new(py);
         match (&self.raw, self.value.get()) {
-            // An item of a list: with the next items' when they come in order.
+            // An item of a list: with the next items' when they come in order (under a pause
+            // of its own).
             (
                 Some(Raw {
                     list: Some((list, index)),
@@ -353,8 +353,16 @@ impl Resource {
                 _,
             ) => list.dict(py, *index),
             // Never read: straight from the server's JSON, without a Value between.
-            (Some(raw), None) => pyjson::object_dict(py, &raw.json, &raw.meta),
-            _ => to_py(py, self.value()),
+            (Some(raw), None) => {
+                let paused = pyjson::GcPause::new(py);
+                let dict = pyjson::object_dict(py, &raw.json, &raw.meta);
+                paused.built(raw.json.len());
+                dict
+            }
+            _ => {
+                let _paused = pyjson::GcPause::new(py);
+                to_py(py, self.value())
+            }
         }
     }
 

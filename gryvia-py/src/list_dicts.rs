@@ -77,10 +77,11 @@ impl ListDicts {
                 .unwrap_or_default()
                 .to_vec()
         };
-        let _paused = GcPause::new(py);
+        let paused = GcPause::new(py);
         let mut dicts = Vec::with_capacity(jsons.len());
         for json in &jsons {
             dicts.push(pyjson::object_dict(py, json, &self.meta)?);
+            paused.built(json.len());
         }
         let mut dicts = dicts.into_iter();
         let first = dicts.next().ok_or_else(|| {
