@@ -6,13 +6,19 @@ Per size (5,000 and 50,000 objects of each kind in one namespace, unless told ot
 - list: one list of every GryviaAIJob (a CRD) and of every batch Job (a built-in kind), each
   client's own list call as a user writes it, the list kept and the collections of the young
   generations that its containers cause taken in its time (``gc.collect(1)``: gryvia builds
-  with the collector paused and leaves them to the next allocation after the call, the others
-  pay them while they build), median of ``--rounds`` rounds (each round runs
+  with the collector paused and collects the young generation every few items, the others
+  pay the collector's own collections while they build, and anything left young is charged
+  here), then, untimed, a full collection, so that none due after one client's run falls on
+  the next one's time; median of ``--rounds`` rounds (each round runs
   the floor and then every client once, so the API server's changes of pace fall on all
   alike), with the median CPU seconds the benchmark's process spent in it (every thread; the
   API server's CPU is not counted: this is what the client itself costs, whatever the
   server's pace);
-- to_dict and read: ``to_dict()`` of every item of a list the client made (the list untimed),
+- list + to_dict, list + a field: the list and then ``to_dict()`` or one field of every item,
+  as one run, for gryvia and lightkube (what going from the server to what the user uses costs,
+  whichever client builds what when);
+- to_dict and read: ``to_dict()`` of every item of a list the client made (the list untimed,
+  with a full collection after it),
   for each client whose list items have one, then one field of every item of the same list
   read as the client's user writes it (``job.spec.gpus``, ``o["spec"]["gpus"]``; a Job's first
   container's image), median of ``--rounds`` rounds;
@@ -228,6 +234,10 @@ def list_clients(c, ns):
             ("gryvia Client.list(dicts=True)", lambda: g.list("GryviaAIJob", ns, dicts=True)),
             ("kubernetes CustomObjectsApi (dicts)", lambda: custom.list_namespaced_custom_object(GROUP, VERSION, ns, "gryviaaijobs")["items"]),
             ("lightkube generic resource", lambda: list(lk.list(LkAIJob, namespace=ns))),
+            # A list and then every item's to_dict() or a field, as one run: the cost of going
+            # from the server to what the user uses, whichever client builds what when.
+            ("lightkube generic resource + to_dict() of every item", lambda: [j.to_dict() for j in lk.list(LkAIJob, namespace=ns)]),
+            ("lightkube generic resource + spec.gpus of every item", lambda: [j.spec["gpus"] for j in lk.list(LkAIJob, namespace=ns)]),
             ("kr8s", lambda: list(kr8s.get("gryviaaijobs.gryvia.io", namespace=ns, api=kr))),
         ],
         "Job": [
@@ -235,9 +245,14 @@ def list_clients(c, ns):
             ("gryvia Client.list(dicts=False) (objects)", lambda: g.list("Job", ns, api_version="batch/v1", dicts=False)),
             ("gryvia Client.list(dicts=False) + first image of every item", lambda: [
                 j.spec.template.spec.containers[0].image for j in g.list("Job", ns, api_version="batch/v1", dicts=False)]),
+            ("gryvia Client.list(dicts=False) + to_dict() of every item", lambda: [
+                j.to_dict() for j in g.list("Job", ns, api_version="batch/v1", dicts=False)]),
             ("kubernetes BatchV1Api (typed V1Job)", lambda: batch.list_namespaced_job(ns).items),
             ("kubernetes BatchV1Api (dicts, _preload_content=False + json.loads)", lambda: json.loads(batch.list_namespaced_job(ns, _preload_content=False).data)["items"]),
             ("lightkube typed Job", lambda: list(lk.list(LkJob, namespace=ns))),
+            ("lightkube typed Job + first image of every item", lambda: [
+                j.spec.template.spec.containers[0].image for j in lk.list(LkJob, namespace=ns)]),
+            ("lightkube typed Job + to_dict() of every item", lambda: [j.to_dict() for j in lk.list(LkJob, namespace=ns)]),
             ("kr8s", lambda: list(kr8s.get("jobs", namespace=ns, api=kr))),
         ],
     }
@@ -384,6 +399,10 @@ def bench(n, rounds, slow_rounds):
             # left out of every client's time alike.
             count = len(result)
             del result
+            # Untimed: a full collection, so that none that a client's objects left due (the
+            # collector's full collections come once the objects moved to its oldest
+            # generation grow by a quarter) falls on the next client's time.
+            gc.collect()
             assert name == floor_name or count == n, (name, count)
             return wall, cpu, count
 
@@ -408,7 +427,9 @@ def bench(n, rounds, slow_rounds):
             took = {"to_dict": [], "read": []}
             for _ in range(r):
                 items = make()
-                gc.collect(1)  # the list's own collections, before the clock starts
+                # The list's own collections, before the clock starts: a full one, so that none
+                # due after it (see the list's rows) falls in the time of what follows.
+                gc.collect()
                 # to_dict() first: it leaves a gryvia item unread, so the read after it is an
                 # item's first read, as after a list.
                 for op, fn in (("to_dict", convert), ("read", read)):
@@ -420,6 +441,7 @@ def bench(n, rounds, slow_rounds):
                     took[op].append(time.perf_counter() - started)
                     assert done == n, (name, op, done)
                 del items
+                gc.collect()  # untimed, as after a list
             rounds_note = "" if r == rounds else f", {r} round(s)"
             for op, times in took.items():
                 if times:
@@ -456,8 +478,10 @@ def bench(n, rounds, slow_rounds):
         def watched(name, fn, _):
             started = time.perf_counter()
             seen = fn()
+            took = time.perf_counter() - started
             assert seen == n, (name, seen)
-            return time.perf_counter() - started
+            gc.collect()  # untimed, as after a list
+            return took
 
         for name, took in interleaved(runs, rounds, watched).items():
             t = statistics.median(took)

@@ -438,10 +438,14 @@ pub struct Watch {
 
 /// Events taken in one go at most.
 const EVENT_BATCH: usize = 1024;
-/// How long after an event the events that follow it are gathered into its batch: each batch
+/// How long after an event the next one is waited for, to come in the same batch: each batch
 /// costs a hand-over between threads (about 150 us here), and the events of a watch's start
 /// arrive one every few tens of microseconds.
 const COALESCE: Duration = Duration::from_millis(1);
+/// How long a batch is gathered at most while its events keep coming, each within
+/// [`COALESCE`] of the one before: a burst (a watch's start) goes over in a few hundred events
+/// a batch, not the few dozen of one window, and a lone event waits no longer than before.
+const GATHER: Duration = Duration::from_millis(20);
 
 impl Watch {
     /// An event that arrived with an earlier one.
@@ -509,15 +513,20 @@ impl Watch {
                 Some(Err(e)) => return Err(py_err(e)),
                 Some(Ok(event)) => event,
             };
-            // The events that follow within COALESCE come with it: a burst (a watch's start)
-            // is handed over in hundreds, not one by one. An error waits for the next call.
+            // The events that follow, each within COALESCE of the one before, come with it
+            // (for GATHER at most): a burst (a watch's start) is handed over in hundreds, not
+            // one by one. An error waits for the next call.
             let mut waiting = vec![first];
-            let window = tokio::time::Instant::now() + COALESCE;
-            let window = deadline.map_or(window, |d| d.min(window));
+            let now = tokio::time::Instant::now();
+            let limit = deadline.map_or(now + GATHER, |d| d.min(now + GATHER));
+            let mut window = (now + COALESCE).min(limit);
             // Events already waiting are taken even once the window has passed.
             while waiting.len() < EVENT_BATCH {
                 match w.next_before(window).await {
-                    Some(event) => waiting.push(event),
+                    Some(event) => {
+                        waiting.push(event);
+                        window = (tokio::time::Instant::now() + COALESCE).min(limit);
+                    }
                     None => break,
                 }
             }

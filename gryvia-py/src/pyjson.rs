@@ -498,17 +498,20 @@ pub(crate) fn object<'py>(
 
 /// The cyclic garbage collector paused while a batch of objects is built, and resumed after
 /// (unless it was off already), with the young generation collected every 16 KB of JSON built
-/// ([`GcPause::built`]). Left running, the collector's full collections, set off as the heap
-/// grows, walk everything built so far: a list of 5,000 Jobs decoded item by item took 0.166 s
-/// with it running, 0.075 s paused per batch of 10 items. But paused throughout, all that was
-/// built waits in the young generation for the next collection, which then walks hundreds of
-/// thousands of containers gone cold in the cache: the 5,000 Jobs' dicts (13.3 MB of JSON,
-/// 380,000 objects) took 0.11 to 0.20 s to collect after the list. Collected young while still
-/// in the cache, a few items at a time, they cost about 0.02 s (`json.loads` of each item with
-/// the collector paused: 0.13 s to build and 0.13 to 0.17 s for the collection after, against
-/// 0.14 to 0.15 s in all with the young generation collected every 3 to 10 items and the next
-/// one every tenth of those). Made and dropped with the GIL held throughout, so no other
-/// thread ever sees the collector paused.
+/// ([`GcPause::built`]). Left running, the collector's full collections, set off again and
+/// again as the heap grows, walk everything built so far: a list of 5,000 Jobs decoded item by
+/// item took 0.166 s with it running, 0.075 s paused per batch of 10 items (the collection
+/// after it not counted). But paused throughout, all that was built waits in the young
+/// generation for the next collection, which then walks hundreds of thousands of containers
+/// gone cold in the cache: the 5,000 Jobs' dicts (13.3 MB of JSON, 380,000 objects) took 0.11
+/// to 0.20 s to collect after the list. Collected young while still in the cache, a few items
+/// at a time, they cost about 0.02 s (`json.loads` of each item with the collector paused:
+/// 0.13 s to build and 0.13 to 0.17 s for the collection after, against 0.14 to 0.15 s in all
+/// with the young generation collected every 3 to 10 items and the next one every tenth of
+/// those). A full collection that falls due meanwhile (the collector makes one once its oldest
+/// generation grew by a quarter) comes at the first allocation after the pause, as for any
+/// code that builds objects with the collector paused. Made and dropped with the GIL held
+/// throughout, so no other thread ever sees the collector paused.
 pub(crate) struct GcPause<'py>(Option<Bound<'py, PyAny>>);
 
 /// JSON built into Python objects between two collections of the young generation, about
