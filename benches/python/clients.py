@@ -36,7 +36,8 @@ AsyncClient, 64 requests in flight. Jobs are ``suspend: true`` and the ai-operat
 run, so nothing reacts to them.
 
 Run: ``scripts/bench-python-clients`` (starts testenv when it is not up, installs the release
-wheel and the pinned clients), or ``python3 benches/python/clients.py --sizes 5000``.
+wheel and the pinned clients), or ``python3 benches/python/clients.py --sizes 5000``;
+``--only watch`` (of ``list,after,get,watch``) runs some parts only.
 """
 
 import argparse
@@ -359,7 +360,10 @@ def watch_clients(c, ns, n):
     }
 
 
-def bench(n, rounds, slow_rounds):
+PARTS = ("list", "after", "get", "watch")
+
+
+def bench(n, rounds, slow_rounds, parts=PARTS):
     ns = f"bench-clients-{n}"
     g = gryvia.Client()
     try:
@@ -374,7 +378,7 @@ def bench(n, rounds, slow_rounds):
     }
     rows = []
     c = Clients()
-    for kind, clients in list_clients(c, ns).items():
+    for kind, clients in (list_clients(c, ns) if "list" in parts else {}).items():
         # The floor first in each round, then every client once (`interleaved`); each row
         # is the median over its rounds.
         floor_name, loads_name = "raw HTTPS GET (the floor)", "raw GET + json.loads"
@@ -420,7 +424,7 @@ def bench(n, rounds, slow_rounds):
             else:
                 note = f"{t / floor:.2f}x floor, CPU {cpu:.3f} s" + ("" if r == rounds else f", {r} round(s)")
             rows.append((f"list {kind}", name, t, note))
-    for kind, clients in after_list_clients(c, ns).items():
+    for kind, clients in (after_list_clients(c, ns) if "after" in parts else {}).items():
         after = {"to_dict": [], "read": []}
         for name, make, convert, read in clients:
             r = rounds_of(name, rounds, slow_rounds)
@@ -449,7 +453,7 @@ def bench(n, rounds, slow_rounds):
                     after[op].append((f"{op} {kind}", name, t, f"{t / n * 1e6:.2f} us per item{rounds_note}"))
         rows += after["to_dict"] + after["read"]
     names = [f"bench-{i:06d}" for i in random.Random(7).sample(range(n), 200)]
-    for kind, clients in get_clients(c, ns).items():
+    for kind, clients in (get_clients(c, ns) if "get" in parts else {}).items():
         plural = paths[kind]
         for _, fn in clients:
             for x in names[:5]:
@@ -470,7 +474,7 @@ def bench(n, rounds, slow_rounds):
         for name, took in interleaved(runs, rounds, got).items():
             note = "" if name == floor_name else f"median of {rounds} rounds' means of 200"
             rows.append((f"get {kind}", name, statistics.median(took), note))
-    for kind, clients in watch_clients(c, ns, n).items():
+    for kind, clients in (watch_clients(c, ns, n) if "watch" in parts else {}).items():
         # Round by round too: a watch's start is a list, and the API server's pace drifts.
         runs = [(name, fn, rounds_of(name, rounds, slow_rounds))
                 for name, fn in clients if not (name.startswith("kr8s") and n > 5000)]
@@ -496,12 +500,18 @@ def main():
     ap.add_argument("--sizes", default="5000,50000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--slow-rounds", type=int, default=1, help="rounds for kr8s (minutes per round at 50,000)")
+    ap.add_argument("--only", default=",".join(PARTS),
+                    help="the parts to run, of " + ",".join(PARTS) + " (after: to_dict and read after a list)")
     args = ap.parse_args()
+    parts = args.only.split(",")
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        ap.error(f"--only: {','.join(unknown)} is not one of {','.join(PARTS)}")
     for n in (int(s) for s in args.sizes.split(",")):
         print(f"\n## {n:,} objects per kind (median of {args.rounds} rounds)\n", flush=True)
         print("| what | client | seconds | |")
         print("| --- | --- | ---: | --- |")
-        for what, name, t, note in bench(n, args.rounds, args.slow_rounds):
+        for what, name, t, note in bench(n, args.rounds, args.slow_rounds, parts):
             print(f"| {what} | {name} | {t:.4f} | {note} |", flush=True)
 
 
