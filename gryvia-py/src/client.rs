@@ -219,8 +219,7 @@ async fn op_list(
                 match part.map_err(py_err)? {
                     ListPart::Items(items) => {
                         for item in &items {
-                            out.append(decode.object(py, item, list.as_ref())?)?;
-                            decode.built(&paused, item.len());
+                            out.append(decode.object(py, &paused, item, list.as_ref())?)?;
                         }
                     }
                     ListPart::End(_) => whole = true,
@@ -283,26 +282,19 @@ impl Decode {
         }
     }
 
-    /// `bytes` of JSON were decoded ([`Decode::object`]): dicts' count toward the next young
-    /// collection ([`GcPause::built`](crate::pyjson::GcPause::built)); objects kept as JSON
-    /// build no containers.
-    fn built(&self, paused: &crate::pyjson::GcPause<'_>, bytes: usize) {
-        if let Form::Dict = self.form {
-            paused.built(bytes);
-        }
-    }
-
-    /// The object of `json`, as the next item of `list` when given.
+    /// The object of `json`, as the next item of `list` when given; a dict is built under
+    /// `paused` (objects kept as JSON build no containers).
     fn object(
         &self,
         py: Python<'_>,
+        paused: &crate::pyjson::GcPause<'_>,
         json: &str,
         list: Option<&Arc<ListDicts>>,
     ) -> PyResult<Py<PyAny>> {
         match self.form {
             Form::Class(make) => make(py, json, &self.meta, list),
             Form::Object => Ok(Py::new(py, Resource::unparsed(json, &self.meta, list))?.into_any()),
-            Form::Dict => crate::pyjson::object_dict(py, json, &self.meta),
+            Form::Dict => paused.object_dict(py, json, &self.meta),
         }
     }
 }
@@ -537,9 +529,8 @@ impl Watch {
                     .map(|(t, json)| {
                         let event = WatchEvent {
                             kind: t.as_str(),
-                            object: decode.object(py, &json, None)?,
+                            object: decode.object(py, &paused, &json, None)?,
                         };
-                        decode.built(&paused, json.len());
                         Ok(Py::new(py, event)?.into_any())
                     })
                     .collect::<PyResult<VecDeque<_>>>()

@@ -353,12 +353,7 @@ impl Resource {
                 _,
             ) => list.dict(py, *index),
             // Never read: straight from the server's JSON, without a Value between.
-            (Some(raw), None) => {
-                let paused = pyjson::GcPause::new(py);
-                let dict = pyjson::object_dict(py, &raw.json, &raw.meta);
-                paused.built(raw.json.len());
-                dict
-            }
+            (Some(raw), None) => pyjson::GcPause::new(py).object_dict(py, &raw.json, &raw.meta),
             _ => {
                 let _paused = pyjson::GcPause::new(py);
                 to_py(py, self.value())

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 
-use crate::pyjson::{self, GcPause};
+use crate::pyjson::GcPause;
 use crate::{GryviaError, TypeMeta};
 
 /// Items whose dicts are built together, at most.
@@ -80,8 +80,7 @@ impl ListDicts {
         let paused = GcPause::new(py);
         let mut dicts = Vec::with_capacity(jsons.len());
         for json in &jsons {
-            dicts.push(pyjson::object_dict(py, json, &self.meta)?);
-            paused.built(json.len());
+            dicts.push(paused.object_dict(py, json, &self.meta)?);
         }
         let mut dicts = dicts.into_iter();
         let first = dicts.next().ok_or_else(|| {

@@ -463,14 +463,6 @@ pub(crate) fn value<'py>(py: Python<'py>, json: &[u8]) -> Built<'py> {
     })
 }
 
-/// An object of `meta`'s kind from the server's JSON of it, as a dict (`apiVersion` and `kind`
-/// filled in where a list's item leaves them out).
-pub(crate) fn object_dict(py: Python<'_>, json: &str, meta: &TypeMeta) -> PyResult<Py<PyAny>> {
-    object(py, json.as_bytes(), &meta.api_version, &meta.kind)
-        .map(Bound::unbind)
-        .map_err(|e| crate::GryviaError::new_err(format!("decode a {}: {e}", meta.kind)))
-}
-
 /// An object's JSON as a dict, with `apiVersion` and `kind` filled in where it lacks them
 /// (items of a list of a built-in kind carry neither).
 ///
@@ -498,7 +490,7 @@ pub(crate) fn object<'py>(
 
 /// The cyclic garbage collector paused while a batch of objects is built, and resumed after
 /// (unless it was off already), with the young generation collected every 16 KB of JSON built
-/// ([`GcPause::built`]). Left running, the collector's full collections, set off again and
+/// ([`GcPause::object_dict`]). Left running, the collector's full collections, set off again and
 /// again as the heap grows, walk everything built so far: a list of 5,000 Jobs decoded item by
 /// item took 0.166 s with it running, 0.075 s paused per batch of 10 items (the collection
 /// after it not counted). But paused throughout, all that was built waits in the young
@@ -544,9 +536,25 @@ impl<'py> GcPause<'py> {
         }
     }
 
+    /// An object of `meta`'s kind from the server's JSON of it, as a dict (`apiVersion` and
+    /// `kind` filled in where a list's item leaves them out), built under this pause and
+    /// counted toward its next young collection ([`GcPause::built`]).
+    pub(crate) fn object_dict(
+        &self,
+        py: Python<'_>,
+        json: &str,
+        meta: &TypeMeta,
+    ) -> PyResult<Py<PyAny>> {
+        let dict = object(py, json.as_bytes(), &meta.api_version, &meta.kind)
+            .map(Bound::unbind)
+            .map_err(|e| crate::GryviaError::new_err(format!("decode a {}: {e}", meta.kind)));
+        self.built(json.len());
+        dict
+    }
+
     /// `bytes` of JSON were built into Python objects: the young generation is collected
     /// when 16 KB were since the last time (never when the caller had the collector off).
-    pub(crate) fn built(&self, bytes: usize) {
+    fn built(&self, bytes: usize) {
         let Some(gc) = &self.0 else {
             return;
         };
